@@ -1,0 +1,85 @@
+"""The sandbox interface every backend (bwrap, docker) implements.
+
+Untrusted code (research-agent commands, agent-written trainers and harnesses) only ever
+runs through a `Sandbox`. The orchestrator decides what is visible (`Mount`s) and what the
+process may spend (`Limits`); the backend enforces both and meters CPU-seconds from
+*outside* the sandbox, because code inside could tamper with any in-process counter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Protocol
+
+# Inside every sandbox the engines write their FLOPs count here (see vtb.engine.usage).
+USAGE_FILE = "/vtb/out/usage.json"
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A host path made visible inside the sandbox at `target`."""
+
+    source: Path
+    target: str
+    writable: bool = False
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one sandboxed process tree may spend; exceeding any of them kills the tree."""
+
+    wall_seconds: float = 600.0
+    cpu_seconds: float = 600.0  # summed over the whole process tree, metered from outside
+    memory_mb: int | None = None  # address-space limit per process, None = unlimited
+    max_flops: float | None = None  # checked against the usage file the engines write
+
+
+@dataclass
+class SandboxResult:
+    returncode: int | None
+    stdout: str
+    stderr: str
+    wall_seconds: float
+    cpu_seconds: float
+    killed: str | None = None  # None, "wall", "cpu", "flops" or "closed"
+    usage: dict = field(default_factory=dict)  # parsed usage file ({} if none was written)
+    denials: list[str] = field(default_factory=list)  # stderr lines showing blocked access
+
+
+class SandboxProcess(Protocol):
+    """A running sandboxed process with text pipes (used for the harness protocol)."""
+
+    stdin: IO[str]
+    stdout: IO[str]
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> SandboxResult: ...
+
+    def kill(self, reason: str = "closed") -> None: ...
+
+
+class Sandbox(Protocol):
+    name: str
+
+    def start(
+        self,
+        argv: list[str],
+        *,
+        mounts: list[Mount],
+        limits: Limits,
+        cwd: str = "/",
+        env: dict[str, str] | None = None,
+    ) -> SandboxProcess: ...
+
+    def run(
+        self,
+        argv: list[str],
+        *,
+        mounts: list[Mount],
+        limits: Limits,
+        cwd: str = "/",
+        env: dict[str, str] | None = None,
+        input: str | None = None,
+    ) -> SandboxResult: ...
