@@ -83,3 +83,7 @@ class Sandbox(Protocol):
         env: dict[str, str] | None = None,
         input: str | None = None,
     ) -> SandboxResult: ...
+
+
+class SandboxStartError(RuntimeError):
+    """The sandbox itself could not be set up (not the code inside failing): worth a retry."""

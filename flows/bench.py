@@ -1,0 +1,245 @@
+"""The benchmark flow: provision → iterations (agent turn → train → validate) → select → grade → report.
+
+Launch:  python -m flows.bench                      (task=math agent=greedy model=tiny sandbox=bwrap)
+         python -m flows.bench agent=noop seed=1 runs_dir=/some/dir
+         python -m flows.bench -m agent=noop,greedy seed=0,1
+`@hydra.main` only converts the config into typed dataclasses and calls `run_bench`, which
+tests call directly. Each bench is one Prefect flow run.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+
+import time  # noqa: E402
+from dataclasses import asdict  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
+from prefect import flow  # noqa: E402
+
+from steps import agent_turn_step, bind, play_step, provision_data_step, provision_model_step, train_step  # noqa: E402
+from vtb import pipeline, record  # noqa: E402
+from vtb.agents import Feedback  # noqa: E402
+from vtb.config import BenchConfig  # noqa: E402
+from vtb.hashing import code_version, hash_json  # noqa: E402
+from vtb.ledger import Charge, Ledger  # noqa: E402
+from vtb.workspace import part_hashes, restore  # noqa: E402
+
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+
+
+def default_run_id(cfg: BenchConfig) -> str:
+    """Same config → same run id, so a killed run started again resumes into the same record."""
+    tag = hash_json({k: v for k, v in asdict(cfg).items() if k not in ("runs_dir", "cache_dir", "run_id")})[:8]
+    return f"{cfg.task.name}-{cfg.agent.name}-s{cfg.seed}-{tag}"
+
+
+def say(msg: str, t0: float) -> None:
+    print(f"[bench {time.monotonic() - t0:6.1f}s] {msg}", flush=True)
+
+
+class Bench:
+    """State of one bench run; the methods are the flow's stages."""
+
+    def __init__(self, cfg: BenchConfig):
+        self.cfg = cfg
+        self.runs, self.cache = cfg.paths()
+        self.cache.mkdir(parents=True, exist_ok=True)
+        self.run_id = cfg.run_id or default_run_id(cfg)
+        self.rec = record.RunRecord(self.runs / self.run_id)
+        self.store = self.cache / "snapshots"
+        self.store.mkdir(parents=True, exist_ok=True)
+        self.ledger = Ledger(cfg.budget.unit, cfg.budget.limit, cfg.budget.cpu_seconds)
+        self.history: list[dict] = []
+        self.charged: set[str] = set()  # step keys already charged in this run
+        self.t0 = time.monotonic()
+        self.steps = {
+            name: bind(t, self.cache)
+            for name, t in {
+                "data": provision_data_step,
+                "model": provision_model_step,
+                "train": train_step,
+                "play": play_step,
+                "turn": agent_turn_step,
+            }.items()
+        }
+
+    # provision -----------------------------------------------------------------------------
+    def provision(self) -> None:
+        cfg = self.cfg
+        say(f"run {self.run_id}: provisioning data and the {cfg.model.name} base model", self.t0)
+        self.data = self.steps["data"](key=hash_json(["data", asdict(cfg.task), code_version("domains")]),
+                                       task_cfg=cfg.task, cache=str(self.cache))  # fmt: skip
+        model_key = hash_json(["model", asdict(cfg.model), self.data["hashes"], code_version(*pipeline.MODEL_CODE)])
+        self.model = self.steps["model"](key=model_key, model_cfg=cfg.model, task_cfg=cfg.task,
+                                         data_dir=self.data["data_dir"], cache=str(self.cache))  # fmt: skip
+        self.data_dir, self.base_dir = Path(self.data["data_dir"]), Path(self.model["base_dir"])
+        self.initial = pipeline.build_system("initial", cfg, self.data_dir, self.store)
+        say(f"data {self.data['counts']}, base model {self.model['n_params']} params", self.t0)
+
+    # train + validate one candidate ----------------------------------------------------------
+    def _charge(self, step: str, iteration: int, key: str, charge: dict, budgeted: bool = True) -> None:
+        if key in self.charged:
+            return  # the same result reused within this run (e.g. a harness-only edit) costs once
+        self.charged.add(key)
+        if budgeted:
+            self.ledger.charge(step, iteration, Charge(**charge))
+
+    def train(self, sid: str, iteration: int, budgeted: bool = True) -> tuple[str, dict]:
+        hashes = part_hashes(self.store / sid)
+        key = hash_json(["train", self.model["hash"], hashes["data"], hashes["trainer"], self.cfg.seed,
+                         code_version(*pipeline.TRAIN_CODE)])  # fmt: skip
+        max_flops, cpu = self.ledger.step_limits(self.cfg.sandbox.step_cpu_s) if budgeted else (None, None)
+        out = self.steps["train"](key=key, snapshot_dir=str(self.store / sid), base_dir=str(self.base_dir),
+                                  cache=str(self.cache), seed=self.cfg.seed, sandbox_cfg=self.cfg.sandbox,
+                                  max_flops=max_flops, cpu_seconds=cpu)  # fmt: skip
+        self._charge("train", iteration, key, out["charge"], budgeted)
+        return key, out
+
+    def play(self, sid: str, train_key: str, checkpoint: str, split: str, iteration: int, *,
+             budgeted: bool = True, null_model: bool = False) -> dict:  # fmt: skip
+        hashes = part_hashes(self.store / sid)
+        key = hash_json(["play", train_key, hashes["harness"], split, self.data["hashes"][split], null_model,
+                         asdict(self.cfg.task), code_version(*pipeline.PLAY_CODE)])  # fmt: skip
+        max_flops, cpu = self.ledger.step_limits(self.cfg.sandbox.step_cpu_s) if budgeted else (None, None)
+        out = self.steps["play"](key=key, harness_dir=str(self.store / sid / "harness"), model_dir=checkpoint,
+                                 split=split, data_dir=str(self.data_dir), task_cfg=self.cfg.task,
+                                 sandbox_cfg=self.cfg.sandbox, max_flops=max_flops, cpu_seconds=cpu,
+                                 null_model=null_model)  # fmt: skip
+        self._charge(f"play-{split}", iteration, key, out["charge"], budgeted)
+        return out
+
+    def evaluate(self, sid: str, iteration: int, turn: dict | None) -> dict:
+        used_before = self.ledger.used()
+        train_key, trained = self.train(sid, iteration)
+        val = None
+        if trained["ok"]:
+            val = self.play(sid, train_key, trained["checkpoint"], "val", iteration)
+        entry = {
+            "iteration": iteration,
+            "snapshot": sid,
+            "parts": part_hashes(self.store / sid),
+            "edits": (turn or {}).get("edits", {}),
+            "notes": (turn or {}).get("notes", "initial system"),
+            "train": {k: trained[k] for k in ("ok", "killed", "returncode", "summary", "charge")},
+            "train_key": train_key,
+            "checkpoint": trained["checkpoint"],
+            "val_score": val["score"] if val else None,
+            "val": {k: val[k] for k in ("n", "answered", "crashes", "killed", "garbage", "charge")} if val else None,
+            "charge": {self.ledger.unit: self.ledger.used() - used_before},
+            "budget_after": self.ledger.summary(),
+        }
+        self.history.append(entry)
+        self.rec.write_iteration(entry, (turn or {}).get("trajectory", []))
+        score = "failed" if val is None else f"{val['score']:.3f}"
+        say(f"iteration {iteration}: val {score}; budget {self.ledger.used():.3g}/{self.ledger.limit:.3g} "
+            f"{self.ledger.unit}", self.t0)  # fmt: skip
+        return entry
+
+    # research iterations -----------------------------------------------------------------------
+    def iterate(self) -> None:
+        cfg = self.cfg
+        say("iteration 0: training and validating the initial system", self.t0)
+        self.evaluate(self.initial, 0, None)
+        ws = self.rec.dir / "workspace"
+        before = self.initial
+        for it in range(1, cfg.agent.max_iterations + 1):
+            if self.ledger.exhausted():
+                say("budget exhausted: stopping the research iterations", self.t0)
+                break
+            feedback = Feedback(task=cfg.task.name, iteration=it, max_iterations=cfg.agent.max_iterations,
+                                seed=cfg.seed, history=[_public(h) for h in self.history],
+                                budget=self.ledger.summary())  # fmt: skip
+            key = hash_json(["turn", asdict(cfg.agent), cfg.seed, before, asdict(feedback), code_version("agents")])
+            say(f"iteration {it}: {cfg.agent.name} agent turn", self.t0)
+            turn = self.steps["turn"](key=key, agent_cfg=cfg.agent, feedback=asdict(feedback), before=before,
+                                      store=str(self.store), workspace=str(ws), data_dir=str(self.data_dir),
+                                      base_dir=str(self.base_dir), sandbox_cfg=cfg.sandbox,
+                                      cpu_seconds=self.ledger.cpu_left())  # fmt: skip
+            self._charge("agent", it, key, turn["charge"])
+            say(f"iteration {it}: {turn['notes']} (edits: {sorted(turn['edits'])})", self.t0)
+            if turn["done"] and turn["after"] == before:
+                break
+            self.evaluate(turn["after"], it, turn)
+            before = turn["after"]
+            if turn["done"]:
+                break
+        restore(self.store, before, ws)
+
+    # select, grade, report ---------------------------------------------------------------------
+    def select(self) -> dict:
+        best = Feedback(task="", iteration=0, max_iterations=0, seed=0, history=self.history).best()
+        return best or self.history[0]
+
+    def grade(self, sid: str, train_key: str, checkpoint: str | None, label: str) -> dict:
+        if checkpoint is None:
+            return {"test_score": 0.0, "note": "no checkpoint (training failed)"}
+        say(f"grading the {label} system on the hidden test split", self.t0)
+        test = self.play(sid, train_key, checkpoint, "test", -1, budgeted=False)
+        out = {"test_score": test["score"], "n": test["n"], "answered": test["answered"], "crashes": test["crashes"],
+               "denials": test["denials"], "samples": test["samples"], "inference_flops": test["charge"]["flops"]}  # fmt: skip
+        if self.cfg.null_model_check:
+            null = self.play(sid, train_key, checkpoint, "test", -1, budgeted=False, null_model=True)
+            out["null_model_score"] = null["score"]
+            out["flagged"] = null["score"] > self.cfg.null_model_threshold
+        return out
+
+    def finish(self) -> dict:
+        chosen = self.select()
+        say(f"selected iteration {chosen['iteration']} (val {chosen['val_score']})", self.t0)
+        initial = self.history[0]
+        grades = {"initial": self.grade(initial["snapshot"], initial["train_key"], initial["checkpoint"], "initial")}
+        grades["submitted"] = self.grade(chosen["snapshot"], chosen["train_key"], chosen["checkpoint"], "submitted")
+        reference = None
+        if self.cfg.reference:
+            ref_sid = pipeline.build_system("reference", self.cfg, self.data_dir, self.store)
+            say("training the reference system (not charged to the agent)", self.t0)
+            ref_key, ref = self.train(ref_sid, -1, budgeted=False)
+            grades["reference"] = self.grade(ref_sid, ref_key, ref["checkpoint"], "reference")
+            reference = {"snapshot": ref_sid, "train_key": ref_key, "checkpoint": ref["checkpoint"]}
+        result = self.rec.finish(self.cfg, self.run_id, self.data, self.model, self.history, chosen, grades,
+                                 reference, self.ledger, self.store, wall_seconds=time.monotonic() - self.t0)  # fmt: skip
+        print(record.summary_table(result), flush=True)
+        return result
+
+
+def _public(entry: dict) -> dict:
+    """What the research agent may see of a past iteration."""
+    keys = ("iteration", "snapshot", "edits", "notes", "val_score", "charge")
+    return {k: entry[k] for k in keys}
+
+
+def run_bench(cfg: BenchConfig) -> dict:
+    """Run one bench as a Prefect flow run; returns result.json's content."""
+    name = default_run_id(cfg) if cfg.run_id is None else cfg.run_id
+    return bench_flow.with_options(flow_run_name=name)(cfg)
+
+
+@flow(name="vibetraining-bench", validate_parameters=False)
+def bench_flow(cfg: BenchConfig) -> dict:
+    bench = Bench(cfg)
+    bench.rec.start(cfg)
+    bench.provision()
+    bench.iterate()
+    return bench.finish()
+
+
+def to_config(cfg: DictConfig) -> BenchConfig:
+    """The one place a DictConfig becomes typed dataclasses (validated against BenchConfig)."""
+    merged = OmegaConf.merge(OmegaConf.structured(BenchConfig), cfg)
+    return OmegaConf.to_object(merged)
+
+
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="bench")
+def main(cfg: DictConfig) -> None:
+    run_bench(to_config(cfg))
+
+
+if __name__ == "__main__":
+    main()

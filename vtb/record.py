@@ -1,0 +1,209 @@
+"""The run record under runs_dir/<run-id>/: everything needed to read and to regrade a run.
+
+config.json        resolved config          manifest.json   every component hash
+iterations/NN.json one per iteration        trajectories/   agent actions per turn
+submission/        selected parts + model   grading.json    test results (+ null-model check)
+ledger.jsonl       every charge             result.json     the headline numbers
+report.md          human report with plots (val per iteration; test scores)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+
+from vtb.config import BenchConfig
+from vtb.hashing import code_version
+from vtb.ledger import Ledger
+
+
+def _dump(path: Path, obj: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def _link_tree(src: Path, dst: Path) -> None:
+    """Hard-link (or copy across file systems) a checkpoint into the record."""
+
+    def link(s: str, d: str) -> None:
+        try:
+            os.link(s, d)
+        except OSError:
+            shutil.copy2(s, d)
+
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst, copy_function=link)
+
+
+class RunRecord:
+    def __init__(self, run_dir: Path):
+        self.dir = run_dir
+
+    def start(self, cfg: BenchConfig) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for stale in ("iterations", "trajectories"):
+            shutil.rmtree(self.dir / stale, ignore_errors=True)  # a resumed run rewrites them all
+        _dump(self.dir / "config.json", asdict(cfg))
+
+    def write_iteration(self, entry: dict, trajectory: list[dict]) -> None:
+        _dump(self.dir / "iterations" / f"{entry['iteration']:02d}.json", entry)
+        if trajectory:
+            _dump(self.dir / "trajectories" / f"{entry['iteration']:02d}.json", trajectory)
+
+    def finish(
+        self,
+        cfg: BenchConfig,
+        run_id: str,
+        data: dict,
+        model: dict,
+        history: list[dict],
+        chosen: dict,
+        grades: dict,
+        reference: dict | None,
+        ledger: Ledger,
+        store: Path,
+        wall_seconds: float,
+    ) -> dict:
+        sub = self.dir / "submission"
+        shutil.rmtree(sub, ignore_errors=True)
+        shutil.copytree(store / chosen["snapshot"], sub)
+        if chosen["checkpoint"]:
+            _link_tree(Path(chosen["checkpoint"]), sub / "model")
+        _dump(self.dir / "manifest.json", {
+            "run_id": run_id,
+            "code_version": code_version(),
+            "data": data,
+            "base_model": model,
+            "candidates": [{k: h[k] for k in ("iteration", "snapshot", "parts", "train_key")} for h in history],
+            "submitted": {"iteration": chosen["iteration"], "snapshot": chosen["snapshot"], "parts": chosen["parts"],
+                          "train_key": chosen["train_key"]},
+            "reference": reference,
+        })  # fmt: skip
+        _dump(self.dir / "grading.json", grades)
+        ledger.write(self.dir / "ledger.jsonl")
+        gains = attribute_gains(history, chosen)
+        budget = ledger.summary()
+        result = {
+            "run_id": run_id,
+            "task": cfg.task.name,
+            "agent": cfg.agent.name,
+            "model": cfg.model.name,
+            "seed": cfg.seed,
+            "initial": {"test_score": grades["initial"]["test_score"], "val_score": history[0]["val_score"]},
+            "submitted": {
+                "test_score": grades["submitted"]["test_score"],
+                "val_score": chosen["val_score"],
+                "iteration": chosen["iteration"],
+                "flagged_by_null_model": grades["submitted"].get("flagged"),
+            },
+            "reference": {"test_score": grades["reference"]["test_score"]} if "reference" in grades else None,
+            "budget": {"used": budget["used"], "limit": budget["limit"], "unit": budget["unit"],
+                       "flops": budget["flops"], "cpu_seconds": budget["cpu_seconds"]},  # fmt: skip
+            "iterations": len(history) - 1,
+            "gains_by_part": gains,
+            "record": str(self.dir),
+        }
+        _dump(self.dir / "result.json", result)
+        (self.dir / "wall_seconds.txt").write_text(f"{wall_seconds:.1f}\n")
+        write_report(self.dir, result, history, grades)
+        return result
+
+
+def attribute_gains(history: list[dict], chosen: dict) -> dict[str, float]:
+    """Val-score gain of each kept edit on the path to the submission, credited to the parts it touched.
+
+    The path is rebuilt from which candidates were kept: a candidate counts when it became
+    the best so far; its gain over the previous best is split evenly over the parts edited.
+    """
+    gains: dict[str, float] = {}
+    best = None
+    for h in history:
+        if h["val_score"] is None or h["iteration"] > chosen["iteration"]:
+            continue
+        if best is None:
+            best = h
+            continue
+        if h["val_score"] > best["val_score"]:
+            parts = sorted(h["edits"]) or ["none"]
+            for part in parts:
+                gains[part] = gains.get(part, 0.0) + (h["val_score"] - best["val_score"]) / len(parts)
+            best = h
+    return {k: round(v, 4) for k, v in gains.items()}
+
+
+def summary_table(result: dict) -> str:
+    ref = result["reference"]["test_score"] if result["reference"] else None
+    b = result["budget"]
+    rows = [
+        ("initial system (test)", f"{result['initial']['test_score']:.3f}"),
+        (f"submitted by {result['agent']} (test)", f"{result['submitted']['test_score']:.3f}"),
+        ("reference system (test)", "-" if ref is None else f"{ref:.3f}"),
+        (f"budget used ({b['unit']})", f"{b['used']:.3g} of {b['limit']:.3g}"),
+        ("metered CPU-seconds", f"{b['cpu_seconds']:.0f}"),
+        ("gain by part (val)", ", ".join(f"{k} {v:+.3f}" for k, v in result["gains_by_part"].items()) or "-"),
+        ("run record", result["record"]),
+    ]
+    width = max(len(k) for k, _ in rows)
+    lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
+    bar = "=" * max(len(line) for line in lines)
+    head = f"VibeTraining-Bench  task={result['task']}  agent={result['agent']}  seed={result['seed']}"
+    return "\n".join([bar, head, bar, *lines, bar])
+
+
+def write_report(run_dir: Path, result: dict, history: list[dict], grades: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    its = [h["iteration"] for h in history]
+    vals = [h["val_score"] if h["val_score"] is not None else 0.0 for h in history]
+    ax1.plot(its, vals, marker="o")
+    ax1.axvline(result["submitted"]["iteration"], color="grey", ls="--", lw=1, label="submitted")
+    ax1.set(xlabel="iteration", ylabel="val score", title="Validation score per iteration", ylim=(0, 1))
+    ax1.legend()
+    labels = [k for k in ("initial", "submitted", "reference") if k in grades]
+    ax2.bar(labels, [grades[k]["test_score"] for k in labels], color=["#999", "#2a7", "#36c"][: len(labels)])
+    ax2.set(ylabel="test score", title="Hidden test split", ylim=(0, 1))
+    fig.tight_layout()
+    fig.savefig(run_dir / "scores.png", dpi=100)
+    plt.close(fig)
+
+    lines = [
+        f"# {result['run_id']}",
+        "",
+        "```",
+        summary_table(result),
+        "```",
+        "",
+        "![scores](scores.png)",
+        "",
+        "## Iterations",
+        "",
+        "| it | val | edits | budget used after | notes |",
+        "|---:|---:|---|---:|---|",
+    ]
+    for h in history:
+        edits = "; ".join(f"{p}: {', '.join(f)}" for p, f in h["edits"].items()) or "-"
+        val = "failed" if h["val_score"] is None else f"{h['val_score']:.3f}"
+        lines.append(f"| {h['iteration']} | {val} | {edits} | {h['budget_after']['used']:.3g} | {h['notes']} |")
+    sub = grades["submitted"]
+    lines += [
+        "",
+        "## Grading",
+        "",
+        f"- Submitted: iteration {result['submitted']['iteration']}, test {sub['test_score']:.3f} "
+        f"({sub.get('answered', '?')}/{sub.get('n', '?')} answered, {sub.get('crashes', 0)} harness failures).",
+    ]
+    if "null_model_score" in sub:
+        flag = "FLAGGED: the harness scores without the model" if sub["flagged"] else "not flagged"
+        lines.append(f"- Null-model check: test {sub['null_model_score']:.3f} with a model that emits nothing ({flag}).")
+    if sub.get("denials"):
+        lines.append(f"- Blocked access attempts seen at grading: {len(sub['denials'])} (see grading.json).")
+    (run_dir / "report.md").write_text("\n".join(lines) + "\n")

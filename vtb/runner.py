@@ -1,0 +1,232 @@
+"""The pipeline's sandboxed work: train a candidate, play harness episodes, run agent commands.
+
+Everything untrusted runs through a `Sandbox`; this module only decides what is mounted,
+what limits apply, and turns what came back into charges and scores. Labels never enter a
+sandbox: episodes carry inputs only, and rewards are computed here.
+"""
+
+from __future__ import annotations
+
+import queue
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vtb.ledger import Charge
+from vtb.protocol import parse_action_line, send
+from vtb.sandbox import runtime_mounts
+from vtb.sandbox.base import Limits, Mount, Sandbox, SandboxResult
+
+PYTHON = sys.executable
+
+
+def charge_of(result: SandboxResult) -> Charge:
+    return Charge(
+        flops=float(result.usage.get("flops", 0.0)),
+        cpu_seconds=result.cpu_seconds,
+        wall_seconds=result.wall_seconds,
+    )
+
+
+def research_mounts(ws: Path, data_dir: Path, base_dir: Path) -> list[Mount]:
+    """What a research-agent command sees: its workspace (rw), train pool + val, base model (ro)."""
+    return runtime_mounts() + [
+        Mount(ws, "/ws", writable=True),
+        Mount(data_dir / "research", "/data"),
+        Mount(base_dir, "/base"),
+    ]
+
+
+def _stream(proc, echo: Callable[[str], None] | None) -> list[str]:
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if echo:
+            echo(line.rstrip("\n"))
+    return lines
+
+
+@dataclass
+class TrainOutcome:
+    ok: bool
+    charge: Charge
+    killed: str | None
+    returncode: int | None
+    log: str
+    summary: dict = field(default_factory=dict)
+
+
+def train(
+    sandbox: Sandbox,
+    candidate: Path,
+    base_dir: Path,
+    out_dir: Path,
+    *,
+    seed: int,
+    limits: Limits,
+    echo: Callable[[str], None] | None = None,
+) -> TrainOutcome:
+    """Run the candidate's trainer in a fresh research sandbox; the checkpoint lands in out_dir/checkpoint."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(out_dir / "checkpoint", ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="vtb-train-") as scratch:
+        ws = Path(scratch) / "ws"
+        shutil.copytree(candidate, ws)
+        (ws / "out").mkdir()
+        custom = ws / "trainer" / "train.py"
+        entry = ["/ws/trainer/train.py"] if custom.exists() else ["-m", "vtb.engine.sft"]
+        argv = [PYTHON, *entry, "--config", "/ws/trainer/config.json", "--data", "/ws/data/train.jsonl"]
+        argv += ["--base", "/base", "--out", "/ws/out/checkpoint", "--seed", str(seed)]
+        mounts = runtime_mounts() + [Mount(ws, "/ws", writable=True), Mount(base_dir, "/base")]
+        proc = sandbox.start(argv, mounts=mounts, limits=limits, cwd="/ws")
+        proc.stdin.close()
+        lines = _stream(proc, echo)
+        result = proc.wait()
+        produced = ws / "out" / "checkpoint"
+        ok = result.returncode == 0 and result.killed is None and (produced / "config.json").exists()
+        if ok:
+            shutil.move(str(produced), out_dir / "checkpoint")
+    summary = {}
+    summary_file = out_dir / "checkpoint" / "train_summary.json"
+    if ok and summary_file.exists():
+        import json
+
+        summary = json.loads(summary_file.read_text())
+    log = "".join(lines)[-20000:] + "\n--- stderr ---\n" + result.stderr[-20000:]
+    (out_dir / "train.log").write_text(log)
+    return TrainOutcome(ok, charge_of(result), result.killed, result.returncode, log, summary)
+
+
+@dataclass
+class EpisodeOutcome:
+    actions: dict[str, dict]  # episode id -> the action it answered with
+    charge: Charge
+    garbage: list[str]  # lines that were not protocol actions (first few)
+    crashes: int  # harness processes that died or were killed before answering everything
+    killed: list[str]  # reasons the sandbox gave (wall, cpu, flops)
+    denials: list[str]
+    stderr_tail: str = ""
+
+
+def play(
+    sandbox: Sandbox,
+    harness_dir: Path,
+    model_dir: Path,
+    messages: list[dict],
+    *,
+    limits: Limits,
+    round_timeout_s: float,
+    per_episode_timeout_s: float,
+    chunk: int = 128,
+    max_restarts: int = 20,
+    null_model: bool = False,
+) -> EpisodeOutcome:
+    """Send single-turn episodes to the harness in rounds and collect one action per episode.
+
+    A harness that crashes, hangs or prints garbage costs only the episodes it failed to
+    answer: after a failure its unanswered episodes are retried one at a time in a fresh
+    harness, so one poisonous input cannot take the others with it.
+    """
+    mounts = runtime_mounts() + [Mount(harness_dir, "/ws/harness"), Mount(model_dir, "/model")]
+    env = {"VTB_MODEL_DIR": "/model"}
+    if null_model:
+        env["VTB_NULL_MODEL"] = "1"
+    argv = [PYTHON, "/ws/harness/harness.py"]
+    out = EpisodeOutcome({}, Charge(), [], 0, [], [])
+    pending = [messages[i : i + chunk] for i in range(0, len(messages), chunk)]
+    proc = lines = None
+    starts = 0
+
+    def finish(p, hung: bool = False) -> None:
+        if hung:
+            if p.poll() is None:
+                p.kill("wall")
+        else:
+            try:
+                send(p.stdin, {"type": "close"})
+                p.stdin.close()
+            except (BrokenPipeError, OSError, ValueError):
+                pass
+        result = p.wait(timeout=10)
+        out.charge = out.charge + charge_of(result)
+        out.denials += result.denials
+        out.stderr_tail = result.stderr[-4000:]
+        if result.killed and result.killed != "closed":
+            out.killed.append(result.killed)
+
+    while pending:
+        batch = pending.pop(0)
+        if proc is None:
+            if starts > max_restarts:
+                break
+            starts += 1
+            proc = sandbox.start(argv, mounts=mounts, limits=limits, cwd="/ws/harness", env=env)
+            lines = queue.Queue()
+            threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
+        wanted = {m["episode"] for m in batch}
+        try:
+            for m in batch:
+                send(proc.stdin, m)
+            send(proc.stdin, {"type": "flush"})
+        except (BrokenPipeError, OSError, ValueError):
+            pass
+        deadline = time.monotonic() + round_timeout_s + per_episode_timeout_s * len(batch)
+        got: set[str] = set()
+        while got != wanted:
+            try:
+                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if line is None:  # harness exited
+                break
+            parsed = parse_action_line(line)
+            if parsed is None or parsed[0] not in wanted or parsed[0] in got:
+                if len(out.garbage) < 20 and line.strip():
+                    out.garbage.append(line.strip()[:200])
+                continue
+            got.add(parsed[0])
+            out.actions[parsed[0]] = parsed[1]
+        missing = [m for m in batch if m["episode"] not in got]
+        if missing:
+            out.crashes += 1
+            finish(proc, hung=True)
+            proc = None
+            if out.killed and out.killed[-1] in ("flops", "cpu"):
+                break  # budget spent: retrying would only be killed again
+            if len(batch) > 1:
+                pending = [[m] for m in missing] + pending
+    if proc is not None:
+        finish(proc)
+    return out
+
+
+def _pump(stream, q: queue.Queue) -> None:
+    try:
+        for line in stream:
+            q.put(line)
+    except (OSError, ValueError):
+        pass
+    q.put(None)
+
+
+@dataclass
+class CommandResult:
+    returncode: int | None
+    stdout: str
+    stderr: str
+    charge: Charge
+    killed: str | None
+    denials: list[str]
+
+
+def run_command(sandbox: Sandbox, command: str, mounts: list[Mount], limits: Limits) -> CommandResult:
+    """A research-agent shell command, in the research sandbox with the workspace as cwd."""
+    result = sandbox.run(["/bin/bash", "-c", command], mounts=mounts, limits=limits, cwd="/ws")
+    return CommandResult(
+        result.returncode, result.stdout, result.stderr, charge_of(result), result.killed, result.denials
+    )
