@@ -1,0 +1,36 @@
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf.errors import ConfigKeyError, ValidationError
+
+from flows.bench import CONF_DIR, default_run_id, to_config
+from vtb.config import BenchConfig
+
+
+def _compose(*overrides):
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return compose(config_name="bench", overrides=list(overrides))
+
+
+def test_defaults_convert_to_typed_dataclasses():
+    cfg = to_config(_compose())
+    assert isinstance(cfg, BenchConfig)
+    assert (cfg.task.name, cfg.agent.name, cfg.model.name, cfg.sandbox.backend) == ("math", "greedy", "tiny", "bwrap")
+    assert cfg.budget.unit == "flops" and cfg.budget.limit > 0
+
+
+def test_overrides_and_paths():
+    cfg = to_config(_compose("agent=noop", "seed=1", "runs_dir=/some/dir", "trainer=lora"))
+    assert cfg.agent.name == "noop" and cfg.seed == 1 and cfg.trainer.method == "lora"
+    runs, cache = cfg.paths()
+    assert runs == Path("/some/dir") and cache.is_absolute()
+    assert default_run_id(cfg).startswith("math-noop-s1-")
+    assert default_run_id(cfg) != default_run_id(to_config(_compose("agent=noop", "seed=2")))
+
+
+def test_unknown_or_mistyped_keys_are_errors():
+    with pytest.raises((ConfigKeyError, ValidationError)):
+        to_config(_compose("+task.nonsense=1"))
+    with pytest.raises(ValidationError):
+        to_config(_compose("seed=abc"))

@@ -1,0 +1,31 @@
+import pytest
+
+from vtb.ledger import Charge, Ledger
+
+
+def test_ledger_charges_and_enforces_the_configured_unit():
+    ledger = Ledger("flops", 100.0, cpu_cap=50.0)
+    ledger.charge("train", 0, Charge(flops=60, cpu_seconds=5))
+    assert ledger.left() == 40
+    assert ledger.step_limits(step_cpu_cap=1000) == (40, 45)
+    ledger.charge("play-val", 0, Charge(flops=45, cpu_seconds=1))
+    assert ledger.exhausted() and ledger.left() == 0
+    assert ledger.summary()["used"] == 105
+
+
+def test_cpu_seconds_are_a_hard_cap_even_when_flops_are_the_unit():
+    ledger = Ledger("flops", 1e12, cpu_cap=10.0)
+    ledger.charge("train", 0, Charge(flops=1, cpu_seconds=11))
+    assert ledger.exhausted()
+    assert ledger.step_limits(step_cpu_cap=1000)[1] == 0
+
+
+def test_cpu_seconds_unit_limits_the_step():
+    ledger = Ledger("cpu_seconds", 30.0, cpu_cap=100.0)
+    ledger.charge("train", 0, Charge(cpu_seconds=10))
+    assert ledger.step_limits(step_cpu_cap=1000) == (None, 20)
+
+
+def test_bad_unit_is_a_clear_error():
+    with pytest.raises(ValueError, match="budget.unit"):
+        Ledger("dollars", 1.0, 1.0)
