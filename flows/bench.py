@@ -57,6 +57,7 @@ class Bench:
         self.store.mkdir(parents=True, exist_ok=True)
         self.ledger = Ledger(cfg.budget.unit, cfg.budget.limit, cfg.budget.cpu_seconds)
         self.history: list[dict] = []
+        self.timings: list[dict] = []  # per step call: wall in the orchestrator, wall in the sandbox, cached
         self.charged: set[str] = set()  # step keys already charged in this run
         self.t0 = time.monotonic()
         self.steps = {
@@ -70,15 +71,28 @@ class Bench:
             }.items()
         }
 
+    def _call(self, name: str, **params) -> dict:
+        start = time.monotonic()
+        state = self.steps[name](**params, return_state=True)
+        out = state.result()  # raises the step's error if it failed
+        self.timings.append({
+            "step": name, "split": params.get("split"), "wall_seconds": round(time.monotonic() - start, 3),
+            "sandbox_wall_seconds": round(out.get("charge", {}).get("wall_seconds", 0.0), 3)
+            if isinstance(out, dict) else 0.0,
+            "cached": state.name == "Cached",
+        })  # fmt: skip
+        return out
+
     # provision -----------------------------------------------------------------------------
     def provision(self) -> None:
         cfg = self.cfg
         say(f"run {self.run_id}: provisioning data and the {cfg.model.name} base model", self.t0)
-        self.data = self.steps["data"](key=hash_json(["data", asdict(cfg.task), code_version("domains")]),
+        self.data = self._call("data", key=hash_json(["data", asdict(cfg.task), code_version("domains")]),
                                        task_cfg=cfg.task, cache=str(self.cache))  # fmt: skip
         model_key = hash_json(["model", asdict(cfg.model), self.data["hashes"], code_version(*pipeline.MODEL_CODE)])
-        self.model = self.steps["model"](key=model_key, model_cfg=cfg.model, task_cfg=cfg.task,
-                                         data_dir=self.data["data_dir"], cache=str(self.cache))  # fmt: skip
+        self.model = self._call("model", key=model_key, model_cfg=cfg.model, task_cfg=cfg.task,
+                                         data_dir=self.data["data_dir"], cache=str(self.cache),
+                                sandbox_cfg=cfg.sandbox)  # fmt: skip
         self.data_dir, self.base_dir = Path(self.data["data_dir"]), Path(self.model["base_dir"])
         self.initial = pipeline.build_system("initial", cfg, self.data_dir, self.store)
         say(f"data {self.data['counts']}, base model {self.model['n_params']} params", self.t0)
@@ -96,7 +110,7 @@ class Bench:
         key = hash_json(["train", self.model["hash"], hashes["data"], hashes["trainer"], self.cfg.seed,
                          code_version(*pipeline.TRAIN_CODE)])  # fmt: skip
         max_flops, cpu = self.ledger.step_limits(self.cfg.sandbox.step_cpu_s) if budgeted else (None, None)
-        out = self.steps["train"](key=key, snapshot_dir=str(self.store / sid), base_dir=str(self.base_dir),
+        out = self._call("train", key=key, snapshot_dir=str(self.store / sid), base_dir=str(self.base_dir),
                                   cache=str(self.cache), seed=self.cfg.seed, sandbox_cfg=self.cfg.sandbox,
                                   max_flops=max_flops, cpu_seconds=cpu)  # fmt: skip
         self._charge("train", iteration, key, out["charge"], budgeted)
@@ -108,7 +122,7 @@ class Bench:
         key = hash_json(["play", train_key, hashes["harness"], split, self.data["hashes"][split], null_model,
                          asdict(self.cfg.task), code_version(*pipeline.PLAY_CODE)])  # fmt: skip
         max_flops, cpu = self.ledger.step_limits(self.cfg.sandbox.step_cpu_s) if budgeted else (None, None)
-        out = self.steps["play"](key=key, harness_dir=str(self.store / sid / "harness"), model_dir=checkpoint,
+        out = self._call("play", key=key, harness_dir=str(self.store / sid / "harness"), model_dir=checkpoint,
                                  split=split, data_dir=str(self.data_dir), task_cfg=self.cfg.task,
                                  sandbox_cfg=self.cfg.sandbox, max_flops=max_flops, cpu_seconds=cpu,
                                  null_model=null_model)  # fmt: skip
@@ -158,7 +172,7 @@ class Bench:
                                 budget=self.ledger.summary())  # fmt: skip
             key = hash_json(["turn", asdict(cfg.agent), cfg.seed, before, asdict(feedback), code_version("agents")])
             say(f"iteration {it}: {cfg.agent.name} agent turn", self.t0)
-            turn = self.steps["turn"](key=key, agent_cfg=cfg.agent, feedback=asdict(feedback), before=before,
+            turn = self._call("turn", key=key, agent_cfg=cfg.agent, feedback=asdict(feedback), before=before,
                                       store=str(self.store), workspace=str(ws), data_dir=str(self.data_dir),
                                       base_dir=str(self.base_dir), sandbox_cfg=cfg.sandbox,
                                       cpu_seconds=self.ledger.cpu_left())  # fmt: skip
@@ -204,7 +218,8 @@ class Bench:
             grades["reference"] = self.grade(ref_sid, ref_key, ref["checkpoint"], "reference")
             reference = {"snapshot": ref_sid, "train_key": ref_key, "checkpoint": ref["checkpoint"]}
         result = self.rec.finish(self.cfg, self.run_id, self.data, self.model, self.history, chosen, grades,
-                                 reference, self.ledger, self.store, wall_seconds=time.monotonic() - self.t0)  # fmt: skip
+                                 reference, self.ledger, self.store)  # fmt: skip
+        self.rec.write_timings(time.monotonic() - self.t0, self.timings)
         print(record.summary_table(result), flush=True)
         return result
 

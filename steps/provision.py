@@ -6,7 +6,7 @@ from pathlib import Path
 
 from steps.common import step
 from vtb import pipeline
-from vtb.config import ModelConfig, TaskConfig
+from vtb.config import ModelConfig, SandboxConfig, TaskConfig
 
 
 @step("provision-data")
@@ -15,6 +15,9 @@ def provision_data_step(key: str, task_cfg: TaskConfig, cache: str) -> dict:
 
 
 @step("provision-model")
-def provision_model_step(key: str, model_cfg: ModelConfig, task_cfg: TaskConfig, data_dir: str, cache: str) -> dict:
+def provision_model_step(
+    key: str, model_cfg: ModelConfig, task_cfg: TaskConfig, data_dir: str, cache: str, sandbox_cfg: SandboxConfig
+) -> dict:
     out = Path(cache) / "models" / f"{model_cfg.name}-{key[:16]}"
-    return pipeline.provision_model(model_cfg, task_cfg, Path(data_dir), out, progress=lambda s: print(f"  [base] {s}"))
+    echo = lambda line: print(f"  [base] {line}", flush=True)  # noqa: E731
+    return pipeline.provision_model(model_cfg, task_cfg, Path(data_dir), out, sandbox_cfg, echo)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import asdict
@@ -17,8 +18,8 @@ from pathlib import Path
 from vtb.config import BenchConfig, ModelConfig, SandboxConfig, TaskConfig
 from vtb.domains import get_domain
 from vtb.hashing import hash_dir, hash_file, hash_json
-from vtb.sandbox import make_sandbox
-from vtb.sandbox.base import Limits
+from vtb.sandbox import make_sandbox, runtime_mounts
+from vtb.sandbox.base import Limits, Mount
 from vtb.workspace import snapshot
 
 # The source each kind of result depends on; part of its cache key.
@@ -50,21 +51,15 @@ def provision_data(task: TaskConfig, cache: Path) -> dict:
     }
 
 
-def provision_model(model: ModelConfig, task: TaskConfig, data_dir: Path, out: Path, progress: Callable) -> dict:
-    """Make (tiny), convert (smollm2) or fetch (hub) the base model into out."""
+def provision_model(
+    model: ModelConfig, task: TaskConfig, data_dir: Path, out: Path, sandbox_cfg: SandboxConfig, echo: Callable
+) -> dict:
+    """Make (tiny, in a sandbox), convert (smollm2) or fetch (hub) the base model into out."""
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
+    charge: dict = {}
     if model.kind == "tiny":
-        from vtb.domains.math.generator import NUMBER_MAX
-        from vtb.models.tiny import build_tiny_model, build_tokenizer
-
-        domain = get_domain(task.name)
-        tokenizer = build_tokenizer(domain.tokenizer_words(), NUMBER_MAX)
-        texts = domain.pretraining_texts(task, data_dir, model.pretrain_texts, model.seed)
-        build_tiny_model(
-            tmp, texts, tokenizer, n_layer=model.n_layer, n_embd=model.n_embd, n_head=model.n_head,
-            n_positions=model.n_positions, steps=model.pretrain_steps, seed=model.seed, progress=progress,
-        )  # fmt: skip
+        charge = _build_tiny(model, task, data_dir, tmp, sandbox_cfg, echo)
     elif model.kind == "smollm2":
         from vtb.models.smollm2 import convert_to_hf
 
@@ -81,7 +76,39 @@ def provision_model(model: ModelConfig, task: TaskConfig, data_dir: Path, out: P
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     info = json.loads((out / "vtb_model.json").read_text()) if (out / "vtb_model.json").exists() else {}
-    return {"base_dir": str(out), "n_params": info.get("n_params"), "hash": hash_dir(out)}
+    return {"base_dir": str(out), "n_params": info.get("n_params"), "hash": hash_dir(out), "charge": charge}
+
+
+def _build_tiny(
+    model: ModelConfig, task: TaskConfig, data_dir: Path, dest: Path, sandbox_cfg: SandboxConfig, echo: Callable
+) -> dict:
+    from vtb.domains.math.generator import NUMBER_MAX
+    from vtb.runner import charge_of, stream_lines
+
+    domain = get_domain(task.name)
+    spec = {
+        "words": domain.tokenizer_words(),
+        "number_max": NUMBER_MAX,
+        "texts": domain.pretraining_texts(task, data_dir, model.pretrain_texts, model.seed),
+        "model": {"n_layer": model.n_layer, "n_embd": model.n_embd, "n_head": model.n_head,
+                  "n_positions": model.n_positions, "steps": model.pretrain_steps, "seed": model.seed},
+    }  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="vtb-base-") as tmp:
+        work = Path(tmp)
+        (work / "spec.json").write_text(json.dumps(spec))
+        (work / "out").mkdir()
+        mounts = runtime_mounts() + [Mount(work, "/build", writable=True)]
+        argv = [sys.executable, "-m", "vtb.models.build", "/build/spec.json", "/build/out/model"]
+        limits = Limits(wall_seconds=sandbox_cfg.step_wall_s, cpu_seconds=sandbox_cfg.step_cpu_s)
+        proc = sandbox_for(sandbox_cfg).start(argv, mounts=mounts, limits=limits, cwd="/build")
+        proc.stdin.close()
+        stream_lines(proc, echo)
+        result = proc.wait()
+        if result.returncode != 0 or not (work / "out" / "model" / "config.json").exists():
+            raise RuntimeError(f"building the tiny base model failed (rc={result.returncode}, killed="
+                               f"{result.killed}): {result.stderr[-2000:]}")  # fmt: skip
+        shutil.move(str(work / "out" / "model"), dest)
+    return asdict(charge_of(result))
 
 
 def build_system(kind: str, cfg: BenchConfig, data_dir: Path, store: Path) -> str:

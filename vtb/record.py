@@ -55,6 +55,16 @@ class RunRecord:
         if trajectory:
             _dump(self.dir / "trajectories" / f"{entry['iteration']:02d}.json", trajectory)
 
+    def write_timings(self, wall_seconds: float, steps: list[dict]) -> None:
+        """Wall time per step call, and how much of the run was spent in sandboxed compute."""
+        inside = sum(t["sandbox_wall_seconds"] for t in steps)
+        _dump(self.dir / "timings.json", {
+            "wall_seconds": round(wall_seconds, 2),
+            "sandbox_wall_seconds": round(inside, 2),
+            "outside_share": round(1 - inside / wall_seconds, 4) if wall_seconds else None,
+            "steps": steps,
+        })  # fmt: skip
+
     def finish(
         self,
         cfg: BenchConfig,
@@ -67,7 +77,6 @@ class RunRecord:
         reference: dict | None,
         ledger: Ledger,
         store: Path,
-        wall_seconds: float,
     ) -> dict:
         sub = self.dir / "submission"
         shutil.rmtree(sub, ignore_errors=True)
@@ -109,7 +118,6 @@ class RunRecord:
             "record": str(self.dir),
         }
         _dump(self.dir / "result.json", result)
-        (self.dir / "wall_seconds.txt").write_text(f"{wall_seconds:.1f}\n")
         write_report(self.dir, result, history, grades)
         return result
 

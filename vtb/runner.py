@@ -42,7 +42,7 @@ def research_mounts(ws: Path, data_dir: Path, base_dir: Path) -> list[Mount]:
     ]
 
 
-def _stream(proc, echo: Callable[[str], None] | None) -> list[str]:
+def stream_lines(proc, echo: Callable[[str], None] | None) -> list[str]:
     lines = []
     for line in proc.stdout:
         lines.append(line)
@@ -85,7 +85,7 @@ def train(
         mounts = runtime_mounts() + [Mount(ws, "/ws", writable=True), Mount(base_dir, "/base")]
         proc = sandbox.start(argv, mounts=mounts, limits=limits, cwd="/ws")
         proc.stdin.close()
-        lines = _stream(proc, echo)
+        lines = stream_lines(proc, echo)
         result = proc.wait()
         produced = ws / "out" / "checkpoint"
         ok = result.returncode == 0 and result.killed is None and (produced / "config.json").exists()

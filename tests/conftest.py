@@ -1,0 +1,53 @@
+"""Shared fixtures: a Prefect server for flow tests and a small, fast bench config."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+
+from vtb.config import BenchConfig  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def prefect_server():
+    """Reuse a running server when PREFECT_API_URL is set, else a temporary test server."""
+    if os.environ.get("PREFECT_API_URL"):
+        yield
+        return
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+def needs_bwrap():
+    return pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed (scripts/install.sh)")
+
+
+SMALL_OVERRIDES = [
+    "task.n_pool=1200", "task.n_val=40", "task.n_test=60", "task.max_steps=2", "task.initial_data_size=120",
+    "model.n_layer=2", "model.n_embd=64", "model.pretrain_steps=40", "model.pretrain_texts=2000",
+    "budget.limit=5e12",
+]  # fmt: skip
+
+
+def small_overrides(tmp_path, agent: str = "greedy", seed: int = 0, *extra: str) -> list[str]:
+    """The embedded math bench shrunk to run in about a minute, as Hydra overrides."""
+    iters = ["agent.max_iterations=3"] if agent == "greedy" else []
+    paths = [f"runs_dir={tmp_path / 'runs'}", f"cache_dir={tmp_path / 'cache'}"]
+    return [*SMALL_OVERRIDES, f"agent={agent}", f"seed={seed}", *iters, *paths, *extra]
+
+
+def small_config(tmp_path, agent: str = "greedy", seed: int = 0, *extra: str) -> BenchConfig:
+    from hydra import compose, initialize_config_dir
+
+    from flows.bench import CONF_DIR, to_config
+
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return to_config(compose(config_name="bench", overrides=small_overrides(tmp_path, agent, seed, *extra)))

@@ -1,0 +1,131 @@
+"""The whole bench on a shrunken math config: a real Prefect flow, real bwrap sandboxes, real training."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import needs_bwrap, small_config, small_overrides
+
+pytestmark = [pytest.mark.slow, needs_bwrap()]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _result(cfg) -> dict:
+    runs = Path(cfg.runs_dir)
+    (run_dir,) = [p for p in runs.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    return json.loads((run_dir / "result.json").read_text())
+
+
+def _headline(result: dict) -> dict:
+    keep = ("task", "agent", "seed", "initial", "submitted", "reference", "iterations", "gains_by_part")
+    out = {k: result[k] for k in keep}
+    out["flops"] = result["budget"]["flops"]
+    return out
+
+
+@pytest.fixture(scope="module")
+def greedy_run(tmp_path_factory, prefect_server):
+    from flows.bench import run_bench
+
+    tmp = tmp_path_factory.mktemp("greedy")
+    cfg = small_config(tmp, "greedy")
+    start = time.monotonic()
+    result = run_bench(cfg)
+    return cfg, result, time.monotonic() - start
+
+
+def test_run_record_is_complete(greedy_run):
+    cfg, result, _ = greedy_run
+    run_dir = Path(result["record"])
+    for name in ("config.json", "manifest.json", "grading.json", "ledger.jsonl", "result.json", "report.md",
+                 "scores.png", "timings.json", "iterations/00.json", "submission/harness/harness.py",
+                 "submission/model/config.json"):  # fmt: skip
+        assert (run_dir / name).exists(), name
+    assert result == json.loads((run_dir / "result.json").read_text())
+    for row in ("initial", "submitted", "reference"):
+        assert 0.0 <= result[row]["test_score"] <= 1.0
+    assert result["budget"]["unit"] == "flops" and 0 < result["budget"]["used"] <= result["budget"]["limit"] * 1.01
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["submitted"]["parts"].keys() == {"data", "trainer", "harness"}
+    assert len(manifest["candidates"]) == result["iterations"] + 1
+
+
+def test_greedy_edits_several_parts_and_keeps_the_best(greedy_run):
+    cfg, result, _ = greedy_run
+    iters = [json.loads(p.read_text()) for p in sorted((Path(result["record"]) / "iterations").glob("*.json"))]
+    edited = {part for it in iters for part in it["edits"]}
+    assert len(edited) >= 2, edited
+    best = max(it["val_score"] for it in iters if it["val_score"] is not None)
+    assert result["submitted"]["val_score"] == best
+    assert result["submitted"]["val_score"] > result["initial"]["val_score"], "no edit raised the val score"
+    assert result["submitted"]["flagged_by_null_model"] is False
+
+
+def test_same_config_again_is_served_from_cache(greedy_run):
+    from flows.bench import run_bench
+
+    cfg, first, _ = greedy_run
+    start = time.monotonic()
+    again = run_bench(cfg)
+    took = time.monotonic() - start
+    assert _headline(again) == _headline(first)
+    timings = json.loads((Path(again["record"]) / "timings.json").read_text())
+    assert all(t["cached"] for t in timings["steps"]), [t for t in timings["steps"] if not t["cached"]]
+    assert took < 60
+
+
+def test_noop_submits_the_initial_system(tmp_path, prefect_server):
+    from flows.bench import run_bench
+
+    result = run_bench(small_config(tmp_path, "noop"))
+    assert result["iterations"] == 0
+    assert result["submitted"]["test_score"] == result["initial"]["test_score"]
+    assert result["gains_by_part"] == {}
+
+
+def test_tiny_budget_still_selects_and_grades(tmp_path, prefect_server):
+    from flows.bench import run_bench
+
+    result = run_bench(small_config(tmp_path, "greedy", 0, "budget.limit=1e9"))
+    assert result["budget"]["used"] <= 1e9 * 1.01 or result["iterations"] == 0
+    assert 0.0 <= result["submitted"]["test_score"] <= 1.0
+    ledger = [json.loads(line) for line in (Path(result["record"]) / "ledger.jsonl").read_text().splitlines()]
+    assert ledger, "nothing was charged"
+
+
+def _bench_cmd(tmp: Path) -> list[str]:
+    return [sys.executable, "-m", "flows.bench", *small_overrides(tmp, "greedy", 0)]
+
+
+def test_killed_run_resumes_to_the_same_result(tmp_path):
+    """SIGKILL during the second iteration, start again: same scores and FLOPs as an uninterrupted run."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("PREFECT_API_URL", None)
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    subprocess.run(_bench_cmd(whole), cwd=ROOT, env=env, check=True, capture_output=True, timeout=900)
+
+    proc = subprocess.Popen(_bench_cmd(killed), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)  # fmt: skip
+    seen_second, output = False, []
+    for line in proc.stdout:
+        output.append(line)
+        seen_second |= "iteration 1:" in line
+        if seen_second and "[train]" in line:
+            os.killpg(proc.pid, signal.SIGKILL)
+            break
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, "".join(output[-30:])
+    assert not list((killed / "runs").glob("*/result.json"))
+    subprocess.run(_bench_cmd(killed), cwd=ROOT, env=env, check=True, capture_output=True, timeout=900)
+
+    a = json.loads(next((whole / "runs").glob("*/result.json")).read_text())
+    b = json.loads(next((killed / "runs").glob("*/result.json")).read_text())
+    assert _headline(a) == _headline(b)
