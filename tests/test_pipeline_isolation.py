@@ -96,7 +96,7 @@ def test_research_commands_cannot_write_outside_the_workspace(research, layout, 
 ATTACK_HARNESS = """
 import glob, json, os, sys
 found = []
-for pattern in ["/**/test.jsonl", "/proc/*/root/**/hidden/*", "{secret}"]:
+for pattern in ["/*/test.jsonl", "/*/*/test.jsonl", "/proc/*/root/*/hidden/*", "{secret}"]:
     for path in glob.glob(pattern, recursive=True):
         try:
             found.append(open(path).read())

@@ -39,6 +39,7 @@ def provision_data(task: TaskConfig, cache: Path) -> dict:
         (tmp / "counts.json").write_text(json.dumps(counts))
         (tmp / "DONE").write_text("")
         shutil.rmtree(data_dir, ignore_errors=True)
+        data_dir.parent.mkdir(parents=True, exist_ok=True)
         tmp.rename(data_dir)
     return {
         "data_dir": str(data_dir),
@@ -74,6 +75,7 @@ def provision_model(
     else:
         raise ValueError(f"model.kind={model.kind!r} is not one of tiny, smollm2, hub")
     shutil.rmtree(out, ignore_errors=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
     tmp.rename(out)
     info = json.loads((out / "vtb_model.json").read_text()) if (out / "vtb_model.json").exists() else {}
     return {"base_dir": str(out), "n_params": info.get("n_params"), "hash": hash_dir(out), "charge": charge}

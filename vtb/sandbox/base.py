@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol
 
-# Inside every sandbox the engines write their FLOPs count here (see vtb.engine.usage).
-USAGE_FILE = "/vtb/out/usage.json"
+# Inside every sandbox the engines write their FLOPs count here (see vtb.engine.usage). Not
+# under /vtb: with cwd=/ a /vtb dir would shadow the `vtb` package as a namespace package.
+USAGE_FILE = "/run/vtb/usage.json"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,141 @@
+"""The inference engine: batching never changes greedy output; FLOPs are charged exactly."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from vtb.engine import usage
+from vtb.engine.infer import Engine
+from vtb.models.toy import build_toy_model, toy_example
+
+SHAPE = {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 128}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("toy") / "model"
+    return build_toy_model(
+        out, steps=40, n_texts=300, batch_size=16, lr=5e-3, progress=lambda s: None, **SHAPE
+    )
+
+
+@pytest.fixture(scope="module")
+def engine(model_dir):
+    return Engine(model_dir, threads=2)
+
+
+@pytest.fixture
+def no_eos(engine):
+    """Make every sequence run to max_new_tokens, so token counts are known in advance."""
+    saved = engine.eos_ids
+    engine.eos_ids = set()
+    yield engine
+    engine.eos_ids = saved
+
+
+def prompts(n: int, seed: int = 7) -> list[str]:
+    rng = random.Random(seed)
+    out = [f"Q: {toy_example(rng)[0]}\nA:" for _ in range(n)]
+    if n >= 3:
+        out[1] = "Q: How many?\nA:"  # a short one, so batches need padding
+        out[2] = f"Q: {toy_example(rng)[0]} {toy_example(rng)[0]}\nA:"  # a long one
+    return out
+
+
+def test_batched_equals_single_greedy(engine):
+    batch = prompts(9)
+    alone = [engine.generate([p], max_new_tokens=16)[0] for p in batch]
+    assert any(alone)
+    assert engine.generate(batch, max_new_tokens=16) == alone
+    assert engine.generate(batch, max_new_tokens=16, batch_size=4) == alone
+
+
+def test_model_writes_annotations(engine):
+    out = engine.generate(prompts(4), max_new_tokens=30)
+    assert sum("<<" in o for o in out) >= 2
+
+
+def test_stop_strings(no_eos):
+    batch = prompts(6)
+    full = no_eos.generate(batch, max_new_tokens=16)
+    stopped = no_eos.generate(batch, max_new_tokens=16, stop=["="])
+    assert any("=" in f for f in full)
+    for f, s in zip(full, stopped, strict=True):
+        assert s == (f[: f.index("=") + 1] if "=" in f else f)
+    two = no_eos.generate(batch, max_new_tokens=16, stop=[">>", "<<"])
+    assert all(t.endswith("<<") or t.endswith(">>") for t, f in zip(two, full, strict=True) if "<<" in f)
+
+
+def test_flops_are_two_params_per_token(no_eos):
+    batch = prompts(5)
+    prompt_tokens = sum(len(ids) for ids in no_eos.tokenizer(batch).input_ids)
+    before = usage.totals()
+    no_eos.generate(batch, max_new_tokens=7, batch_size=2)
+    after = usage.totals()
+    tokens = prompt_tokens + 5 * 7
+    assert after["infer_tokens"] - before["infer_tokens"] == tokens
+    assert after["flops"] - before["flops"] == 2 * no_eos.n_params * tokens
+    assert no_eos.last_usage == {
+        "prompt_tokens": prompt_tokens,
+        "generated_tokens": 35,
+        "flops": 2.0 * no_eos.n_params * tokens,
+    }
+
+
+def test_n_params_matches_model_info(engine, model_dir):
+    assert engine.n_params == json.loads((model_dir / "vtb_model.json").read_text())["n_params"]
+
+
+def test_usage_file_written(engine, tmp_path, monkeypatch):
+    path = tmp_path / "usage.json"
+    monkeypatch.setenv("VTB_USAGE_FILE", str(path))
+    engine.generate(prompts(2), max_new_tokens=3)
+    written = json.loads(path.read_text())
+    assert written == usage.totals() and written["flops"] > 0
+
+
+def test_budget_exhausted_before_spending(engine, monkeypatch):
+    monkeypatch.setenv("VTB_MAX_FLOPS", str(usage.totals()["flops"] + 1000.0))
+    before = usage.totals()
+    with pytest.raises(usage.BudgetExhausted):
+        engine.generate(prompts(2), max_new_tokens=3)
+    assert usage.totals() == before
+
+
+def test_null_model_answers_nothing(tmp_path, monkeypatch):
+    engine = Engine(tmp_path / "missing", null_model=True)
+    assert engine.generate(["Q: 1 + 1?\nA:"] * 3, max_new_tokens=5) == ["", "", ""]
+    assert engine.n_params == 0
+    monkeypatch.setenv("VTB_NULL_MODEL", "1")
+    before = usage.totals()["flops"]
+    assert Engine(tmp_path / "missing").generate(["x"]) == [""]
+    assert usage.totals()["flops"] == before
+
+
+def test_sampling_is_seeded_and_batch_independent(engine):
+    batch = prompts(6)
+    a = engine.generate(batch, max_new_tokens=20, temperature=1.0, seed=3)
+    assert engine.generate(batch, max_new_tokens=20, temperature=1.0, seed=3) == a
+    assert engine.generate([batch[4]], max_new_tokens=20, temperature=1.0, seed=3) == [a[4]]
+    assert engine.generate(batch, max_new_tokens=20, temperature=1.0, seed=4) != a
+    votes = engine.generate([batch[0]] * 4, max_new_tokens=20, temperature=1.5, seed=3)
+    assert len(set(votes)) > 1  # repeated prompts get different samples
+
+
+def test_top_p_tiny_is_greedy(engine):
+    batch = prompts(4)
+    greedy = engine.generate(batch, max_new_tokens=15)
+    assert engine.generate(batch, max_new_tokens=15, temperature=0.8, top_p=1e-6, seed=9) == greedy
+
+
+def test_long_prompt_is_left_truncated(engine):
+    long = " ".join(f"Q: {toy_example(random.Random(i))[0]}" for i in range(20)) + "\nA:"
+    assert len(engine.tokenizer(long).input_ids) > 128
+    out = engine.generate([long, "Q: How many?\nA:"], max_new_tokens=10)
+    assert len(out) == 2
+    assert engine.last_usage["prompt_tokens"] <= 128 - 10 + len(
+        engine.tokenizer("Q: How many?\nA:").input_ids
+    )

@@ -1,0 +1,199 @@
+"""Data tools the research agent runs in its sandbox to inspect and edit math training data.
+
+    python -m vtb.domains.math.datatools check IN
+    python -m vtb.domains.math.datatools clean IN OUT
+    python -m vtb.domains.math.datatools from-pool POOL OUT --n N --seed S [--direct]
+    python -m vtb.domains.math.datatools merge A B [C ...] OUT
+
+Training rows are prompt/completion JSONL ({"prompt": "Question: <q>\\nAnswer:", "completion":
+" <gsm8k answer>"}); GSM8K-schema rows ({"question", "answer"}) are read too.
+
+What `clean` keeps (and `check` counts as good): a row whose answer has a `#### N` line, whose
+every equation is arithmetically right (calculator annotations `<<expr=v>>` and the visible
+`a op b = c` equations alike, so direct-format rows are checked too), and whose N equals the
+value of its last equation. A row with a `#### N` but no equation at all cannot be verified;
+it is kept (direct answers with no working are a legitimate data choice) and counted as
+`unverifiable`. Rows without `#### N` are dropped: the strict metric could never credit them.
+Arithmetic is evaluated by a small AST walker (numbers and + - * / only), never `eval`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import operator
+import random
+import re
+import sys
+from pathlib import Path
+
+from vtb.domains.math.generator import strip_annotations
+
+PROMPT_TEMPLATE = "Question: {question}\nAnswer:"
+
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+_NUM = r"-?\d+(?:\.\d+)?"
+ANNOTATION_RE = re.compile(r"<<([^<>=]*)=([^<>]*)>>")
+EQUATION_RE = re.compile(rf"(?<![\d.])({_NUM}(?:\s*[-+*/]\s*{_NUM})+)\s*=\s*({_NUM})(?![\d])")
+FINAL_RE = re.compile(r"####\s*(-?[\d,]*\.?\d+)")
+
+
+def to_sft_row(problem: dict, direct: bool = False) -> dict:
+    """A prompt/completion training row; `direct` drops the calculator annotations."""
+    answer = strip_annotations(problem["answer"]) if direct else problem["answer"]
+    return {"prompt": PROMPT_TEMPLATE.format(question=problem["question"]), "completion": " " + answer}
+
+
+def safe_eval(expr: str) -> float:
+    """Value of an arithmetic expression of numbers and + - * /; ValueError for anything else."""
+
+    def ev(node: ast.AST) -> float:
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+            return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -ev(node.operand)
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            return _OPS[type(node.op)](ev(node.left), ev(node.right))
+        raise ValueError(f"not plain arithmetic: {expr!r}")
+
+    if len(expr) > 200:
+        raise ValueError("expression too long")
+    try:
+        tree = ast.parse(expr.replace(",", "").strip(), mode="eval")
+        return float(ev(tree.body))
+    except (SyntaxError, ZeroDivisionError, TypeError, OverflowError) as err:
+        raise ValueError(f"not plain arithmetic: {expr!r}") from err
+
+
+def _matches(expr: str, written: str) -> bool:
+    """Is the written value right, to the precision it was written with?"""
+    try:
+        value, target = safe_eval(expr), float(written.replace(",", ""))
+    except ValueError:
+        return False
+    decimals = len(written.split(".")[1]) if "." in written else 0
+    return abs(value - target) <= (0.5 * 10**-decimals if decimals else 1e-9)
+
+
+def verify(answer: str) -> str:
+    """'ok', 'unverifiable', or the reason the answer is wrong: 'no_final', 'bad_equation', 'final_mismatch'."""
+    answer = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", answer)
+    final = FINAL_RE.search(answer)
+    if not final:
+        return "no_final"
+    body = answer[: final.start()]
+    annotations = ANNOTATION_RE.findall(body)
+    equations = [(e, v) for e, v in EQUATION_RE.findall(strip_annotations(body))]
+    if not all(_matches(e, v) for e, v in annotations + equations):
+        return "bad_equation"
+    last = [v for _, v in annotations] or [v for _, v in equations]
+    if not last:
+        return "unverifiable"
+    return "ok" if float(last[-1]) == float(final.group(1)) else "final_mismatch"
+
+
+def _answer_of(row: dict) -> str:
+    text = row.get("completion", row.get("answer"))
+    return text if isinstance(text, str) else ""
+
+
+def read_jsonl(path: str) -> list[dict]:
+    rows = []
+    with open(path) as f:
+        for lineno, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    print(f"{path}:{lineno}: skipped, not JSON", file=sys.stderr)
+    return rows
+
+
+def write_jsonl(path: str, rows: list[dict]) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    rows = read_jsonl(args.inp)
+    counts = {"ok": 0, "unverifiable": 0, "no_final": 0, "bad_equation": 0, "final_mismatch": 0}
+    for row in rows:
+        counts[verify(_answer_of(row))] += 1
+    inconsistent = counts["bad_equation"] + counts["final_mismatch"]
+    print(f"rows: {len(rows)}")
+    print(f"inconsistent: {inconsistent}")
+    for key, value in counts.items():
+        print(f"  {key}: {value}")
+    return 0
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    rows = read_jsonl(args.inp)
+    kept = [row for row in rows if verify(_answer_of(row)) in ("ok", "unverifiable")]
+    write_jsonl(args.out, kept)
+    print(f"kept: {len(kept)}")
+    print(f"dropped: {len(rows) - len(kept)}")
+    return 0
+
+
+def cmd_from_pool(args: argparse.Namespace) -> int:
+    pool = read_jsonl(args.pool)
+    if args.n > len(pool):
+        print(f"pool has only {len(pool)} problems; taking all of them", file=sys.stderr)
+    chosen = random.Random(args.seed).sample(pool, min(args.n, len(pool)))
+    write_jsonl(args.out, [to_sft_row(p, direct=args.direct) for p in chosen])
+    print(f"wrote: {len(chosen)}")
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    seen: set[str] = set()
+    merged = []
+    for path in args.inputs:
+        for row in read_jsonl(path):
+            key = json.dumps(row, sort_keys=True)
+            if key not in seen:
+                seen.add(key)
+                merged.append(row)
+    write_jsonl(args.out, merged)
+    print(f"wrote: {len(merged)} (exact duplicates dropped)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m vtb.domains.math.datatools", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("check", help="count rows and arithmetically inconsistent rows")
+    p.add_argument("inp")
+    p.set_defaults(fn=cmd_check)
+    p = sub.add_parser("clean", help="drop rows with a wrong equation or a final answer that does not follow")
+    p.add_argument("inp")
+    p.add_argument("out")
+    p.set_defaults(fn=cmd_clean)
+    p = sub.add_parser("from-pool", help="sample N problems of a GSM8K-schema pool into SFT rows")
+    p.add_argument("pool")
+    p.add_argument("out")
+    p.add_argument("--n", type=int, required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--direct", action="store_true", help="strip the <<expr=value>> annotations")
+    p.set_defaults(fn=cmd_from_pool)
+    p = sub.add_parser("merge", help="concatenate JSONL files, dropping exact duplicate rows")
+    p.add_argument("inputs", nargs="+", metavar="IN")
+    p.add_argument("out", metavar="OUT")
+    p.set_defaults(fn=cmd_merge)
+    args = parser.parse_args(argv)
+    if args.cmd == "merge" and len(args.inputs) < 2:
+        parser.error("merge needs at least two inputs and an output")
+    try:
+        return args.fn(args)
+    except OSError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

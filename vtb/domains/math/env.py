@@ -1,0 +1,32 @@
+"""Orchestrator-side episode logic of the math domain: one question in, one answer out.
+
+The start message is built from an allow-list (the question only), so no answer, final value
+or solution field can ever reach the harness, whatever the problem dict carries.
+"""
+
+from __future__ import annotations
+
+from vtb.domains.math import grader
+
+
+class MathEnv:
+    """Single-turn episodes of the harness protocol (vtb/protocol.py)."""
+
+    domain = "math"
+
+    def start_message(self, problem: dict) -> dict:
+        return {
+            "type": "start",
+            "episode": problem["id"],
+            "domain": self.domain,
+            "observation": {"question": problem["question"]},
+        }
+
+    def reward(self, problem: dict, action: dict | None, metric: str) -> float:
+        """The grader's score for an `answer` action; anything else earns 0."""
+        if not isinstance(action, dict) or action.get("type") != "answer":
+            return 0.0
+        content = action.get("content")
+        if not isinstance(content, str):
+            return 0.0
+        return grader.score(content, problem, metric)

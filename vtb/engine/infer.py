@@ -1,0 +1,213 @@
+"""The project's inference engine: batched KV-cache decoding that charges estimated FLOPs.
+
+Harnesses import `Engine`; it is the only way they reach the model, which is why it does the
+FLOPs accounting and why grading can swap in a null model (VTB_NULL_MODEL=1) to check that a
+harness cannot score without it. The decoding loop is our own: for a ~1M-parameter model,
+`model.generate`'s per-token overhead costs more than the forward pass itself.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+from transformers.utils import logging as hf_logging
+
+from vtb.engine import usage
+from vtb.engine.sampling import choose, make_generators, sequence_seeds
+from vtb.models.meta import count_params
+
+
+@dataclass
+class _Seq:
+    """One prompt's decoding state."""
+
+    index: int  # position in the caller's list
+    prompt_len: int
+    tokens: list[int] = field(default_factory=list)
+    text: str = ""
+    done: bool = False
+
+
+def _env_threads() -> int | None:
+    value = os.environ.get("VTB_THREADS")
+    return int(value) if value else None
+
+
+class Engine:
+    """Loads a model directory once; `generate` answers batches of prompts."""
+
+    def __init__(self, model_dir: str | Path, *, threads: int | None = None, null_model: bool | None = None):
+        self.model_dir = Path(model_dir)
+        self.null_model = os.environ.get("VTB_NULL_MODEL") == "1" if null_model is None else null_model
+        threads = threads if threads is not None else _env_threads()
+        if threads:
+            torch.set_num_threads(threads)
+        self.last_usage: dict = {}
+        if self.null_model:
+            self.tokenizer = None
+            self.model = None
+            self._n_params = 0
+            self.eos_ids: set[int] = set()
+            return
+        hf_logging.disable_progress_bar()  # harness stderr is a log, not a terminal
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        self.model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
+        self.model.eval()
+        self._n_params = count_params(self.model)
+        config = self.model.config
+        self.max_positions = int(
+            getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None) or 2048
+        )
+        self.eos_ids = self._eos_ids()
+        self.pad_id = next(
+            (i for i in (self.tokenizer.pad_token_id, self.tokenizer.eos_token_id) if i is not None), 0
+        )
+        params = inspect.signature(self.model.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self._decoder = self.tokenizer.backend_tokenizer
+
+    @property
+    def n_params(self) -> int:
+        return self._n_params
+
+    def _eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for source in (self.tokenizer.eos_token_id, self.model.config.eos_token_id):
+            if source is None:
+                continue
+            ids.update(source if isinstance(source, list | tuple) else [source])
+        gen_cfg = getattr(self.model, "generation_config", None)
+        gen_eos = getattr(gen_cfg, "eos_token_id", None)
+        if gen_eos is not None:
+            ids.update(gen_eos if isinstance(gen_eos, list | tuple) else [gen_eos])
+        return ids
+
+    def encode(self, prompts: list[str], max_new_tokens: int) -> list[list[int]]:
+        """Prompt ids, left-truncated to leave room for generation (but never below half the window)."""
+        keep = self.max_positions - min(max_new_tokens, self.max_positions // 2)
+        start_id = self.tokenizer.bos_token_id
+        start_id = start_id if start_id is not None else self.tokenizer.eos_token_id
+        out = []
+        for ids in self.tokenizer(prompts, add_special_tokens=True).input_ids:
+            if not ids:
+                ids = [start_id if start_id is not None else self.pad_id]
+            out.append(ids[-keep:])
+        return out
+
+    def generate(
+        self,
+        prompts: list[str],
+        *,
+        max_new_tokens: int = 64,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        stop: list[str] | None = None,
+        batch_size: int = 64,
+    ) -> list[str]:
+        """Continuations of the prompts (not the prompts), each ending at EOS, a stop string or the limit.
+
+        A continuation that contains a stop string is cut right after it (the stop string is kept).
+        Greedy when temperature == 0; otherwise seeded sampling with top-p.
+        Charges 2·params per token processed (prompt tokens + generated tokens) once per call.
+        """
+        if self.null_model or not prompts or max_new_tokens <= 0:
+            usage.charge(0.0)
+            self.last_usage = {"prompt_tokens": 0, "generated_tokens": 0, "flops": 0.0}
+            return [""] * len(prompts)
+        stop = [s for s in (stop or []) if s]
+        encoded = self.encode(prompts, max_new_tokens)
+        bound = sum(len(ids) for ids in encoded) + len(prompts) * max_new_tokens
+        if usage.would_exceed(usage.infer_flops(self._n_params, bound)):
+            raise usage.BudgetExhausted(
+                f"generating up to {bound} tokens would exceed VTB_MAX_FLOPS={usage.max_flops():.3g} "
+                f"(used {usage.totals()['flops']:.3g})"
+            )
+        generators = make_generators(sequence_seeds(prompts, seed)) if temperature > 0 else None
+        order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
+        results: list[str] = [""] * len(prompts)
+        prompt_tokens = generated = 0
+        with torch.inference_mode():
+            for start in range(0, len(order), max(1, batch_size)):
+                chunk = order[start : start + max(1, batch_size)]
+                seqs = [_Seq(i, len(encoded[i])) for i in chunk]
+                gens = [generators[i] for i in chunk] if generators else None
+                self._decode_batch(
+                    [encoded[i] for i in chunk], seqs, gens, max_new_tokens, temperature, top_p, stop
+                )
+                for s in seqs:
+                    results[s.index] = s.text
+                    prompt_tokens += s.prompt_len
+                    generated += len(s.tokens)
+        tokens = prompt_tokens + generated
+        flops = usage.infer_flops(self._n_params, tokens)
+        usage.charge(flops, infer_tokens=tokens)
+        self.last_usage = {"prompt_tokens": prompt_tokens, "generated_tokens": generated, "flops": flops}
+        return results
+
+    def _forward(self, ids, mask, positions, cache, logits_to_keep: int = 1) -> torch.Tensor:
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=logits_to_keep,
+            **{self._cache_kwarg: cache},
+        )
+        return out.logits[:, -1, :]
+
+    def _decode_batch(self, prompt_ids, seqs, gens, max_new_tokens, temperature, top_p, stop) -> None:
+        """Left-padded prefill, then one token per step for the sequences still running."""
+        width = max(len(ids) for ids in prompt_ids)
+        ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for row, p in enumerate(prompt_ids):
+            ids[row, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[row, width - len(p) :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=self.model.config)
+        logits = self._forward(ids, mask, positions, cache)
+        next_pos = mask.sum(-1)
+        active = list(range(len(seqs)))  # rows of the cache, in order, that are still running
+        for step in range(max_new_tokens):
+            picked = choose(logits, temperature, top_p, [gens[r] for r in active] if gens else None).tolist()
+            for r, token in zip(active, picked, strict=True):
+                seq = seqs[r]
+                if token in self.eos_ids:
+                    seq.tokens.append(token)
+                    seq.done = True
+                    continue
+                seq.tokens.append(token)
+                if step + 1 >= max_new_tokens or seq.prompt_len + len(seq.tokens) >= self.max_positions:
+                    seq.done = True
+            self._update_texts([seqs[r] for r in active], stop)
+            keep = [k for k, r in enumerate(active) if not seqs[r].done]
+            if not keep:
+                break
+            if len(keep) < len(active):
+                index = torch.tensor(keep, dtype=torch.long)
+                cache.batch_select_indices(index)
+                mask, next_pos = mask[index], next_pos[index]
+                picked = [picked[k] for k in keep]
+                active = [active[k] for k in keep]
+            mask = torch.cat([mask, torch.ones((len(active), 1), dtype=torch.long)], dim=1)
+            step_ids = torch.tensor(picked, dtype=torch.long).unsqueeze(1)
+            logits = self._forward(step_ids, mask, next_pos.unsqueeze(1), cache)
+            next_pos = next_pos + 1
+
+    def _update_texts(self, seqs: list[_Seq], stop: list[str]) -> None:
+        """Decode the running continuations; end (and cut) those that now contain a stop string."""
+        need = [s for s in seqs if stop or s.done]
+        if not need:
+            return
+        texts = self._decoder.decode_batch([s.tokens for s in need], skip_special_tokens=True)
+        for seq, text in zip(need, texts, strict=True):
+            hits = sorted((text.find(s), -len(s)) for s in stop if s in text)
+            if hits:
+                text, seq.done = text[: hits[0][0] - hits[0][1]], True
+            seq.text = text

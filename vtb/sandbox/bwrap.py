@@ -1,0 +1,259 @@
+"""The bubblewrap backend: one machine, no daemon, a few milliseconds per sandbox.
+
+Each process gets an EMPTY root holding only the given mounts (read-only unless marked
+writable), a fresh /proc in its own pid namespace (host pids, and so /proc/<pid>/root of the
+orchestrator, are invisible), a minimal /dev, a private /tmp, a loopback-only network and no
+capabilities. The process tree is metered and killed from outside (monitor.py).
+
+`--die-with-parent` ties the sandbox to the *thread* that called `start()` (the kernel's
+parent-death signal follows the forking thread): keep that thread alive until `wait()` returns.
+The command runs as pid 1 of its namespace (see BASE_FLAGS): when it exits, the kernel kills
+whatever it left behind, and signals it has no handler for are ignored if sent from inside.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from vtb.sandbox import cgroup as cgroups
+from vtb.sandbox.base import USAGE_FILE, Limits, Mount, SandboxResult, SandboxStartError
+from vtb.sandbox.cgroup import CpuCgroup
+from vtb.sandbox.monitor import MonitoredProcess, run_to_end
+from vtb.sandbox.runtime import is_inside, masked_paths, system_symlinks
+
+log = logging.getLogger(__name__)
+
+OUT_DIR = os.path.dirname(USAGE_FILE)  # per-process private host dir, rw inside
+RESERVED = ("/proc", "/dev", OUT_DIR)
+# Sandboxed code is uid 0 of a user namespace mapped onto the host uid. When that is root (as
+# in CI containers), sysctl files only check the uid, so vm.*, kernel.* ... would be writable
+# for the HOST. bwrap covers /proc/irq and /proc/bus itself; these we bind read-only (sysctls
+# are still looked up in the sandbox's own namespaces, so its view stays its own).
+PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger")
+# --as-pid-1: the command itself is pid 1 of the sandbox and bwrap waits for it directly. With
+# bwrap's own reaper as pid 1 instead, bwrap exits without reaping that reaper, so the CPU time
+# of every finished process would be lost to the wait4() rusage that meters short steps.
+BASE_FLAGS = ("--unshare-all", "--as-pid-1", "--die-with-parent", "--new-session", "--cap-drop", "ALL")
+# bwrap >= 0.8: no nested user namespaces, which would hand sandboxed code a fresh set of
+# capabilities to attack the kernel with, and size caps on the RAM-backed tmpfs dirs (/tmp,
+# /dev/shm). Both are dropped, the rest kept, on an older bwrap.
+HARDEN_FLAGS = ("--unshare-user", "--disable-userns")
+INSTALL_HINT = "install bubblewrap (`apt-get install bubblewrap`) or use the docker backend"
+USERNS_HINT = (
+    "user namespaces must be allowed: e.g. `sysctl -w kernel.unprivileged_userns_clone=1` (Debian), "
+    "`sysctl -w kernel.apparmor_restrict_unprivileged_userns=0` (Ubuntu >= 23.10), "
+    "`sysctl -w user.max_user_namespaces=10000`; inside Docker start the container with "
+    "`--security-opt seccomp=unconfined --security-opt apparmor=unconfined` (or --privileged)"
+)
+
+
+@functools.cache
+def preflight(bwrap: str) -> bool:
+    """Check once per binary that bwrap runs and can build namespaces; True if it can harden.
+
+    Raises RuntimeError naming the problem and its fix, so a misconfigured host fails at
+    startup rather than as a mysterious failure of every step.
+    """
+    exe = shutil.which(bwrap)
+    if exe is None:
+        raise RuntimeError(f"bubblewrap not found ({bwrap!r} is not on PATH): {INSTALL_HINT}")
+    plain = [*BASE_FLAGS, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
+    hardened = [*HARDEN_FLAGS, *plain, "--size", "1048576", "--tmpfs", "/tmp"]
+    errors = []
+    for flags in (hardened, plain):
+        try:
+            done = subprocess.run([exe, *flags, "--", "true"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise RuntimeError(f"bubblewrap ({exe}) could not be run: {e}; {INSTALL_HINT}") from e
+        if done.returncode == 0:
+            if flags is plain:
+                log.warning(
+                    "bubblewrap %s lacks --disable-userns/--size (needs >= 0.8): sandboxing without them", exe
+                )
+            return flags is hardened
+        errors.append(done.stderr.strip() or f"exit code {done.returncode}")
+    raise RuntimeError(f"bubblewrap ({exe}) cannot create namespaces ({errors[-1]}); {USERNS_HINT}")
+
+
+def check_mount(m: Mount) -> None:
+    """Reject mounts that would replace the root, hide the sandbox's own dirs or point nowhere."""
+    t = m.target
+    if not t.startswith("/") or t == "/" or os.path.normpath(t) != t:
+        raise ValueError(f"mount target must be a normalised absolute path other than '/': {t!r}")
+    if any(is_inside(t, r) for r in RESERVED):
+        raise ValueError(f"mount target {t!r} is reserved by the sandbox ({', '.join(RESERVED)})")
+    if not os.path.exists(m.source):
+        raise ValueError(f"mount source {m.source} does not exist")
+
+
+def _depth(m: Mount) -> int:
+    return m.target.count("/")
+
+
+def launcher(cgroup: CpuCgroup | None, memory_mb: int | None) -> list[str]:
+    """A host shell that joins the cgroup and sets RLIMIT_AS, then execs bwrap (same pid).
+
+    Doing this in a shell rather than a Popen preexec_fn keeps Python's fast vfork path; the
+    shell costs about a millisecond and only runs when there is something to set up.
+    """
+    steps, args = [], []
+    if cgroup is not None:
+        steps.append('{ echo 0 > "$1"; } 2>/dev/null; shift')  # best effort: /proc metering stays
+        args.append(cgroup.procs)
+    if memory_mb:
+        steps.append(f"ulimit -v {int(memory_mb) * 1024} || exit 125")  # KiB; soft and hard
+    if not steps:
+        return []
+    return ["/bin/sh", "-c", "; ".join([*steps, 'exec "$@"']), "vtb-launch", *args]
+
+
+class BwrapSandbox:
+    """`Sandbox` backed by bubblewrap.
+
+    threads: OMP/MKL/BLAS/tokenizer threads (and VTB_THREADS, for torch) inside.
+    max_stdout_chars: what `run()` keeps of stdout (head and tail); the rest is dropped.
+    tmp_mb: size cap of each RAM-backed dir inside (/tmp, /dev/shm), where bwrap supports it.
+    Limits.memory_mb is an RLIMIT_AS on each process, not a cap on the tree's total.
+    exact_cpu: also meter CPU with a per-sandbox cgroup (cgroup.py); None = wherever the host
+    allows it. /proc metering alone misses short-lived children that are never waited for.
+    """
+
+    name = "bwrap"
+
+    def __init__(
+        self,
+        threads: int = 1,
+        bwrap: str = "bwrap",
+        max_stdout_chars: int = 8 << 20,
+        tmp_mb: int = 4096,
+        exact_cpu: bool | None = None,
+    ) -> None:
+        self.threads = threads
+        self.max_stdout_chars = max_stdout_chars
+        self.tmp_mb = tmp_mb
+        self.hardened = preflight(bwrap)  # False on bwrap < 0.8: see HARDEN_FLAGS
+        # Per-sandbox cgroups count the CPU of every process, even short-lived unwaited ones;
+        # moving into one costs ~10 ms per start (a kernel lock), so it can be turned off.
+        self.exact_cpu = (
+            cgroups.create_allowed() if exact_cpu is None else exact_cpu and cgroups.create_allowed()
+        )
+        self._exe = shutil.which(bwrap) or bwrap
+
+    def env(self, limits: Limits, env: dict[str, str] | None) -> dict[str, str]:
+        """The whole environment inside: nothing is inherited from the orchestrator."""
+        n = str(self.threads)
+        out = {
+            "PATH": f"{sys.prefix}/bin:/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
+            "HOME": "/tmp",
+            "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",  # every mount but the workspace is read-only
+            "PYTHONUNBUFFERED": "1",  # a harness that forgets to flush must not stall the protocol
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "HF_HOME": "/tmp/hf",
+            "TOKENIZERS_PARALLELISM": "false",
+            **{k: n for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")},
+            **{k: n for k in ("RAYON_NUM_THREADS", "VTB_THREADS")},
+        }
+        out.update(env or {})
+        out["VTB_USAGE_FILE"] = USAGE_FILE
+        if limits.max_flops is not None:
+            out["VTB_MAX_FLOPS"] = repr(float(limits.max_flops))
+        return out
+
+    def command(self, argv: list[str], mounts: list[Mount], cwd: str, out_dir: Path) -> list[str]:
+        """The bwrap command line; parents are mounted before what is mounted inside them."""
+        cmd = [self._exe, *(HARDEN_FLAGS if self.hardened else ()), *BASE_FLAGS, "--hostname", "vtb"]
+        cmd += ["--proc", "/proc", "--dev", "/dev"]
+        if self.hardened:
+            size = str(self.tmp_mb << 20)
+            cmd += ["--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/dev/shm"]
+        else:
+            cmd += ["--tmpfs", "/tmp"]
+        for p in PROC_READ_ONLY:
+            if os.path.exists(p):
+                cmd += ["--ro-bind", p, p]
+        for link, path in system_symlinks():
+            cmd += ["--symlink", link, path]
+        for m in sorted(mounts, key=_depth):
+            cmd += ["--bind" if m.writable else "--ro-bind", str(m.source), m.target]
+        files, dirs = masked_paths(mounts)
+        for f in files:
+            cmd += ["--ro-bind", "/dev/null", f]
+        for d in dirs:
+            cmd += ["--tmpfs", d, "--remount-ro", d]
+        cmd += ["--bind", str(out_dir), OUT_DIR, "--remount-ro", "/", "--chdir", cwd, "--", *argv]
+        return cmd
+
+    def start(
+        self,
+        argv: list[str],
+        *,
+        mounts: list[Mount],
+        limits: Limits,
+        cwd: str = "/",
+        env: dict[str, str] | None = None,
+    ) -> MonitoredProcess:
+        if not argv:
+            raise ValueError("empty argv")
+        for m in mounts:
+            check_mount(m)
+        if not os.access(self._exe, os.X_OK):  # the launcher shell would only exit 127
+            raise SandboxStartError(f"bubblewrap is gone: {self._exe} is not executable")
+        try:
+            out_dir = Path(tempfile.mkdtemp(prefix="vtb-out-"))
+        except OSError as e:
+            raise SandboxStartError(f"no private output dir for the sandbox: {e}") from e
+        cgroup = cgroups.create() if self.exact_cpu else None
+        try:
+            cmd = launcher(cgroup, limits.memory_mb) + self.command(argv, mounts, cwd, out_dir)
+            rfd, wfd = os.pipe()
+            try:
+                started = time.monotonic()
+                popen = subprocess.Popen(
+                    cmd,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=wfd,
+                    env=self.env(limits, env),
+                    text=True,
+                    encoding="utf-8",
+                    errors="replace",
+                    bufsize=1,
+                )
+            except OSError as e:  # fork failed, bwrap vanished, ...: the host's fault, worth a retry
+                os.close(rfd)
+                raise SandboxStartError(f"could not start bubblewrap: {e}") from e
+            except BaseException:
+                os.close(rfd)
+                raise
+            finally:
+                os.close(wfd)  # else the stderr reader would never see EOF
+        except BaseException:
+            shutil.rmtree(out_dir, ignore_errors=True)
+            if cgroup is not None:
+                cgroup.close()
+            raise
+        return MonitoredProcess(popen, rfd, limits, out_dir, started, cgroup)
+
+    def run(
+        self,
+        argv: list[str],
+        *,
+        mounts: list[Mount],
+        limits: Limits,
+        cwd: str = "/",
+        env: dict[str, str] | None = None,
+        input: str | None = None,
+    ) -> SandboxResult:
+        proc = self.start(argv, mounts=mounts, limits=limits, cwd=cwd, env=env)
+        return run_to_end(proc, input, self.max_stdout_chars)

@@ -1,0 +1,125 @@
+"""Exact CPU metering through a per-sandbox cgroup, where the host lets us create one.
+
+/proc metering (proctree) cannot see a child that lives less than one poll and is never
+waited for (its parent ignores SIGCHLD): its CPU time vanishes with it, so hostile code
+could spend CPU past the limit. A cgroup counts every process that ever ran in it. It is
+used in addition to /proc metering, never instead; without one (e.g. inside a Docker
+container with a read-only /sys/fs/cgroup) the /proc figures stand alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class CpuCgroup:
+    path: Path
+    usage_file: str  # "cpu.stat" (v2, usage_usec) or "cpuacct.usage" (v1, nanoseconds)
+
+    @property
+    def procs(self) -> str:
+        """Write "0" here to move the writing process (and its future children) in."""
+        return str(self.path / "cgroup.procs")
+
+    def cpu_seconds(self) -> float:
+        try:
+            text = (self.path / self.usage_file).read_text()
+        except OSError:
+            return 0.0
+        if self.usage_file == "cpuacct.usage":
+            return int(text) / 1e9
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "usage_usec":
+                return int(value) / 1e6
+        return 0.0
+
+    def close(self, timeout: float = 2.0) -> float:
+        """Final CPU-seconds, once the last process has left; then remove the cgroup.
+
+        Killed processes may take a moment to exit; an empty cgroup left behind after the
+        timeout is harmless.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if not Path(self.procs).read_text().strip():
+                    break
+            except OSError:
+                break
+            time.sleep(0.01)
+        used = self.cpu_seconds()
+        try:
+            self.path.rmdir()
+        except OSError:
+            pass
+        return used
+
+
+def _own_dir(fstype: str, opts_has: str | None) -> Path | None:
+    """Where this process's cgroup lives in the hierarchy of the given kind, if mounted."""
+    own = {}
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        own[controllers] = path
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        fields, rfields = left.split(), right.split()
+        if rfields[0] != fstype:
+            continue
+        if fstype == "cgroup2":
+            path = own.get("")
+        else:
+            if opts_has not in rfields[2].split(","):
+                continue
+            path = next((p for c, p in own.items() if opts_has in c.split(",")), None)
+        if path is None:
+            continue
+        root, mountpoint = fields[3], fields[4]
+        if not (path == root or path.startswith(root.rstrip("/") + "/")):
+            continue  # our cgroup is outside what this mount shows
+        return Path(mountpoint) / path[len(root) :].lstrip("/")
+    return None
+
+
+@functools.cache
+def _parent() -> tuple[Path, str] | None:
+    """The first hierarchy in which we may create (and remove) a child cgroup, found once."""
+    for fstype, opt, usage in (("cgroup2", None, "cpu.stat"), ("cgroup", "cpuacct", "cpuacct.usage")):
+        try:
+            base = _own_dir(fstype, opt)
+            if base is None:
+                continue
+            probe = base / f"vtb-probe-{uuid.uuid4().hex[:8]}"
+            probe.mkdir()
+            ok = (probe / usage).exists() and os.access(probe / "cgroup.procs", os.W_OK)
+            probe.rmdir()
+            if ok:
+                return base, usage
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
+
+
+def create_allowed() -> bool:
+    """Whether this host lets us create cgroups to meter sandboxes with (checked once)."""
+    return _parent() is not None
+
+
+def create() -> CpuCgroup | None:
+    """A fresh cgroup for one sandbox, or None where the host does not let us make one."""
+    parent = _parent()
+    if parent is None:
+        return None
+    path = parent[0] / f"vtb-sandbox-{uuid.uuid4().hex}"
+    try:
+        path.mkdir()
+    except OSError:
+        return None
+    return CpuCgroup(path, parent[1])
