@@ -36,7 +36,9 @@ CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
 def default_run_id(cfg: BenchConfig) -> str:
     """Same config → same run id, so a killed run started again resumes into the same record."""
-    tag = hash_json({k: v for k, v in asdict(cfg).items() if k not in ("runs_dir", "cache_dir", "run_id")})[:8]
+    tag = hash_json({k: v for k, v in asdict(cfg).items() if k not in ("runs_dir", "cache_dir", "run_id")})[
+        :8
+    ]
     return f"{cfg.task.name}-{cfg.agent.name}-s{cfg.seed}-{tag}"
 
 
@@ -89,7 +91,9 @@ class Bench:
         say(f"run {self.run_id}: provisioning data and the {cfg.model.name} base model", self.t0)
         self.data = self._call("data", key=hash_json(["data", asdict(cfg.task), code_version("domains")]),
                                        task_cfg=cfg.task, cache=str(self.cache))  # fmt: skip
-        model_key = hash_json(["model", asdict(cfg.model), self.data["hashes"], code_version(*pipeline.MODEL_CODE)])
+        model_key = hash_json(
+            ["model", asdict(cfg.model), self.data["hashes"], code_version(*pipeline.MODEL_CODE)]
+        )
         self.model = self._call("model", key=model_key, model_cfg=cfg.model, task_cfg=cfg.task,
                                          data_dir=self.data["data_dir"], cache=str(self.cache),
                                 sandbox_cfg=cfg.sandbox)  # fmt: skip
@@ -145,7 +149,9 @@ class Bench:
             "train_key": train_key,
             "checkpoint": trained["checkpoint"],
             "val_score": val["score"] if val else None,
-            "val": {k: val[k] for k in ("n", "answered", "crashes", "killed", "garbage", "charge")} if val else None,
+            "val": {k: val[k] for k in ("n", "answered", "crashes", "killed", "garbage", "charge")}
+            if val
+            else None,
             "charge": {self.ledger.unit: self.ledger.used() - used_before},
             "budget_after": self.ledger.summary(),
         }
@@ -170,7 +176,9 @@ class Bench:
             feedback = Feedback(task=cfg.task.name, iteration=it, max_iterations=cfg.agent.max_iterations,
                                 seed=cfg.seed, history=[_public(h) for h in self.history],
                                 budget=self.ledger.summary())  # fmt: skip
-            key = hash_json(["turn", asdict(cfg.agent), cfg.seed, before, asdict(feedback), code_version("agents")])
+            key = hash_json(
+                ["turn", asdict(cfg.agent), cfg.seed, before, asdict(feedback), code_version("agents")]
+            )
             say(f"iteration {it}: {cfg.agent.name} agent turn", self.t0)
             turn = self._call("turn", key=key, agent_cfg=cfg.agent, feedback=asdict(feedback), before=before,
                                       store=str(self.store), workspace=str(ws), data_dir=str(self.data_dir),
@@ -208,8 +216,12 @@ class Bench:
         chosen = self.select()
         say(f"selected iteration {chosen['iteration']} (val {chosen['val_score']})", self.t0)
         initial = self.history[0]
-        grades = {"initial": self.grade(initial["snapshot"], initial["train_key"], initial["checkpoint"], "initial")}
-        grades["submitted"] = self.grade(chosen["snapshot"], chosen["train_key"], chosen["checkpoint"], "submitted")
+        grades = {
+            "initial": self.grade(initial["snapshot"], initial["train_key"], initial["checkpoint"], "initial")
+        }
+        grades["submitted"] = self.grade(
+            chosen["snapshot"], chosen["train_key"], chosen["checkpoint"], "submitted"
+        )
         reference = None
         if self.cfg.reference:
             ref_sid = pipeline.build_system("reference", self.cfg, self.data_dir, self.store)

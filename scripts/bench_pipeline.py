@@ -41,8 +41,12 @@ def step_table(record: Path) -> None:
         wall = sum(r["wall_seconds"] for r in rows)
         inside = sum(r["sandbox_wall_seconds"] for r in rows)
         print(f"{name:<16}{len(rows):>6}{sum(r['cached'] for r in rows):>8}{wall:>10.1f}{inside:>14.1f}")
-    print(f"\nrun wall time {timings['wall_seconds']:.1f} s, sandboxed compute {timings['sandbox_wall_seconds']:.1f} s")
-    print(f"share of wall time outside sandboxed compute: {100 * timings['outside_share']:.1f}% (target < 10%)")
+    print(
+        f"\nrun wall time {timings['wall_seconds']:.1f} s, sandboxed compute {timings['sandbox_wall_seconds']:.1f} s"
+    )
+    print(
+        f"share of wall time outside sandboxed compute: {100 * timings['outside_share']:.1f}% (target < 10%)"
+    )
 
 
 def episodes_per_second(record: Path, n: int) -> None:
@@ -73,7 +77,9 @@ def episodes_per_second(record: Path, n: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--record", type=Path, help="an existing run record (runs/<run-id>)")
     parser.add_argument("--episodes", type=int, default=64, help="val episodes for the generation figure")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for the bench run")

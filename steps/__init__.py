@@ -12,4 +12,11 @@ from steps.provision import provision_data_step, provision_model_step
 from steps.research import agent_turn_step
 from steps.train import train_step
 
-__all__ = ["bind", "play_step", "provision_data_step", "provision_model_step", "agent_turn_step", "train_step"]
+__all__ = [
+    "bind",
+    "play_step",
+    "provision_data_step",
+    "provision_model_step",
+    "agent_turn_step",
+    "train_step",
+]

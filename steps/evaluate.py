@@ -48,7 +48,8 @@ def play_step(
         "answered": len(outcome.actions),
         "rewards": rewards,
         "samples": [
-            {"id": i["id"], "reward": rewards[i["id"]], "action": outcome.actions.get(i["id"])} for i in items[:5]
+            {"id": i["id"], "reward": rewards[i["id"]], "action": outcome.actions.get(i["id"])}
+            for i in items[:5]
         ],
         "charge": asdict(outcome.charge),
         "crashes": outcome.crashes,

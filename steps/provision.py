@@ -16,7 +16,12 @@ def provision_data_step(key: str, task_cfg: TaskConfig, cache: str) -> dict:
 
 @step("provision-model")
 def provision_model_step(
-    key: str, model_cfg: ModelConfig, task_cfg: TaskConfig, data_dir: str, cache: str, sandbox_cfg: SandboxConfig
+    key: str,
+    model_cfg: ModelConfig,
+    task_cfg: TaskConfig,
+    data_dir: str,
+    cache: str,
+    sandbox_cfg: SandboxConfig,
 ) -> dict:
     out = Path(cache) / "models" / f"{model_cfg.name}-{key[:16]}"
     echo = lambda line: print(f"  [base] {line}", flush=True)  # noqa: E731

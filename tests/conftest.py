@@ -27,7 +27,9 @@ def prefect_server():
 
 
 def needs_bwrap():
-    return pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed (scripts/install.sh)")
+    return pytest.mark.skipif(
+        shutil.which("bwrap") is None, reason="bubblewrap not installed (scripts/install.sh)"
+    )
 
 
 SMALL_OVERRIDES = [
@@ -50,4 +52,6 @@ def small_config(tmp_path, agent: str = "greedy", seed: int = 0, *extra: str) ->
     from flows.bench import CONF_DIR, to_config
 
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        return to_config(compose(config_name="bench", overrides=small_overrides(tmp_path, agent, seed, *extra)))
+        return to_config(
+            compose(config_name="bench", overrides=small_overrides(tmp_path, agent, seed, *extra))
+        )

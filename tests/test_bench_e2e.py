@@ -52,7 +52,10 @@ def test_run_record_is_complete(greedy_run):
     assert result == json.loads((run_dir / "result.json").read_text())
     for row in ("initial", "submitted", "reference"):
         assert 0.0 <= result[row]["test_score"] <= 1.0
-    assert result["budget"]["unit"] == "flops" and 0 < result["budget"]["used"] <= result["budget"]["limit"] * 1.01
+    assert (
+        result["budget"]["unit"] == "flops"
+        and 0 < result["budget"]["used"] <= result["budget"]["limit"] * 1.01
+    )
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["submitted"]["parts"].keys() == {"data", "trainer", "harness"}
     assert len(manifest["candidates"]) == result["iterations"] + 1
@@ -60,7 +63,9 @@ def test_run_record_is_complete(greedy_run):
 
 def test_greedy_edits_several_parts_and_keeps_the_best(greedy_run):
     cfg, result, _ = greedy_run
-    iters = [json.loads(p.read_text()) for p in sorted((Path(result["record"]) / "iterations").glob("*.json"))]
+    iters = [
+        json.loads(p.read_text()) for p in sorted((Path(result["record"]) / "iterations").glob("*.json"))
+    ]
     edited = {part for it in iters for part in it["edits"]}
     assert len(edited) >= 2, edited
     best = max(it["val_score"] for it in iters if it["val_score"] is not None)

@@ -16,7 +16,12 @@ def _compose(*overrides):
 def test_defaults_convert_to_typed_dataclasses():
     cfg = to_config(_compose())
     assert isinstance(cfg, BenchConfig)
-    assert (cfg.task.name, cfg.agent.name, cfg.model.name, cfg.sandbox.backend) == ("math", "greedy", "tiny", "bwrap")
+    assert (cfg.task.name, cfg.agent.name, cfg.model.name, cfg.sandbox.backend) == (
+        "math",
+        "greedy",
+        "tiny",
+        "bwrap",
+    )
     assert cfg.budget.unit == "flops" and cfg.budget.limit > 0
 
 

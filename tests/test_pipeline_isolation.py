@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import threading
@@ -12,8 +11,8 @@ import pytest
 
 from tests.conftest import needs_bwrap
 from vtb import runner
-from vtb.research import SandboxResearchEnv
 from vtb.agents import Feedback
+from vtb.research import SandboxResearchEnv
 from vtb.sandbox import make_sandbox
 from vtb.sandbox.base import Limits
 
@@ -78,7 +77,7 @@ def test_research_commands_cannot_reach_the_host_loopback(research):
     accepted = []
     threading.Thread(target=lambda: accepted.append(server.accept()), daemon=True).start()
     code = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=3); print('CONNECTED')"
-    out = research.run(f"python3 -c \"{code}\"")
+    out = research.run(f'python3 -c "{code}"')
     server.close()
     assert "CONNECTED" not in out["stdout"] and out["returncode"] != 0 and not accepted
     assert any("refused" in d.lower() or "unreachable" in d.lower() for d in out["denials"]), out

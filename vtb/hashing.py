@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 
@@ -35,7 +35,7 @@ def hash_dir(path: Path) -> str:
     return h.hexdigest()
 
 
-@lru_cache(maxsize=None)
+@cache
 def code_version(*parts: str) -> str:
     """Hash of the vtb source a result depends on (default: the whole package).
 

@@ -50,7 +50,9 @@ class Ledger:
         if self.limit <= 0:
             raise ValueError(f"budget.limit must be > 0, got {self.limit}")
 
-    def charge(self, step: str, iteration: int, charge: Charge, *, cached: bool = False, note: str = "") -> None:
+    def charge(
+        self, step: str, iteration: int, charge: Charge, *, cached: bool = False, note: str = ""
+    ) -> None:
         self.entries.append(LedgerEntry(step, iteration, charge, cached, note))
 
     def total(self) -> Charge:

@@ -53,7 +53,12 @@ def provision_data(task: TaskConfig, cache: Path) -> dict:
 
 
 def provision_model(
-    model: ModelConfig, task: TaskConfig, data_dir: Path, out: Path, sandbox_cfg: SandboxConfig, echo: Callable
+    model: ModelConfig,
+    task: TaskConfig,
+    data_dir: Path,
+    out: Path,
+    sandbox_cfg: SandboxConfig,
+    echo: Callable,
 ) -> dict:
     """Make (tiny, in a sandbox), convert (smollm2) or fetch (hub) the base model into out."""
     tmp = out.with_name(out.name + ".tmp")
@@ -69,7 +74,9 @@ def provision_model(
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if not model.hub_id:
-            raise ValueError("model.kind=hub needs model.hub_id=<org/name> (and a model hub or a local HF dir)")
+            raise ValueError(
+                "model.kind=hub needs model.hub_id=<org/name> (and a model hub or a local HF dir)"
+            )
         AutoTokenizer.from_pretrained(model.hub_id).save_pretrained(tmp)
         AutoModelForCausalLM.from_pretrained(model.hub_id).save_pretrained(tmp)
     else:
@@ -82,7 +89,12 @@ def provision_model(
 
 
 def _build_tiny(
-    model: ModelConfig, task: TaskConfig, data_dir: Path, dest: Path, sandbox_cfg: SandboxConfig, echo: Callable
+    model: ModelConfig,
+    task: TaskConfig,
+    data_dir: Path,
+    dest: Path,
+    sandbox_cfg: SandboxConfig,
+    echo: Callable,
 ) -> dict:
     from vtb.domains.math.generator import NUMBER_MAX
     from vtb.runner import charge_of, stream_lines

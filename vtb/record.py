@@ -111,8 +111,13 @@ class RunRecord:
                 "flagged_by_null_model": grades["submitted"].get("flagged"),
             },
             "reference": {"test_score": grades["reference"]["test_score"]} if "reference" in grades else None,
-            "budget": {"used": budget["used"], "limit": budget["limit"], "unit": budget["unit"],
-                       "flops": budget["flops"], "cpu_seconds": budget["cpu_seconds"]},  # fmt: skip
+            "budget": {
+                "used": budget["used"],
+                "limit": budget["limit"],
+                "unit": budget["unit"],
+                "flops": budget["flops"],
+                "cpu_seconds": budget["cpu_seconds"],
+            },  # fmt: skip
             "iterations": len(history) - 1,
             "gains_by_part": gains,
             "record": str(self.dir),
@@ -200,7 +205,9 @@ def write_report(run_dir: Path, result: dict, history: list[dict], grades: dict)
     for h in history:
         edits = "; ".join(f"{p}: {', '.join(f)}" for p, f in h["edits"].items()) or "-"
         val = "failed" if h["val_score"] is None else f"{h['val_score']:.3f}"
-        lines.append(f"| {h['iteration']} | {val} | {edits} | {h['budget_after']['used']:.3g} | {h['notes']} |")
+        lines.append(
+            f"| {h['iteration']} | {val} | {edits} | {h['budget_after']['used']:.3g} | {h['notes']} |"
+        )
     sub = grades["submitted"]
     lines += [
         "",
@@ -211,7 +218,9 @@ def write_report(run_dir: Path, result: dict, history: list[dict], grades: dict)
     ]
     if "null_model_score" in sub:
         flag = "FLAGGED: the harness scores without the model" if sub["flagged"] else "not flagged"
-        lines.append(f"- Null-model check: test {sub['null_model_score']:.3f} with a model that emits nothing ({flag}).")
+        lines.append(
+            f"- Null-model check: test {sub['null_model_score']:.3f} with a model that emits nothing ({flag})."
+        )
     if sub.get("denials"):
         lines.append(f"- Blocked access attempts seen at grading: {len(sub['denials'])} (see grading.json).")
     (run_dir / "report.md").write_text("\n".join(lines) + "\n")

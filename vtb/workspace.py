@@ -56,7 +56,9 @@ def changed_files(store: Path, before: str, after: str) -> dict[str, list[str]]:
         changed = sorted(
             str(rel)
             for rel in files_a.keys() | files_b.keys()
-            if rel not in files_a or rel not in files_b or files_a[rel].read_bytes() != files_b[rel].read_bytes()
+            if rel not in files_a
+            or rel not in files_b
+            or files_a[rel].read_bytes() != files_b[rel].read_bytes()
         )
         if changed:
             out[part] = changed

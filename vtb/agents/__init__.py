@@ -25,7 +25,9 @@ class Feedback:
     iteration: int  # the turn being taken now (1 = first turn after the initial system)
     max_iterations: int
     seed: int
-    history: list[dict] = field(default_factory=list)  # per candidate: iteration, snapshot, val_score, edits, charge
+    history: list[dict] = field(
+        default_factory=list
+    )  # per candidate: iteration, snapshot, val_score, edits, charge
     budget: dict = field(default_factory=dict)  # unit, limit, used, left
 
     def best(self) -> dict | None:
@@ -74,7 +76,11 @@ def make_agent(cfg: AgentConfig) -> ResearchAgent:
     try:
         importlib.import_module(module)
     except ModuleNotFoundError as e:
-        raise ValueError(f"agent={cfg.name}: cannot import {module} ({e}); add the module or set agent.module") from e
+        raise ValueError(
+            f"agent={cfg.name}: cannot import {module} ({e}); add the module or set agent.module"
+        ) from e
     if cfg.name not in _REGISTRY:
-        raise ValueError(f"agent={cfg.name}: {module} registers no agent of that name; known: {sorted(_REGISTRY)}")
+        raise ValueError(
+            f"agent={cfg.name}: {module} registers no agent of that name; known: {sorted(_REGISTRY)}"
+        )
     return _REGISTRY[cfg.name](dict(cfg.options))

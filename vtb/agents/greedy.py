@@ -56,10 +56,21 @@ def _trainer(**changes) -> Callable[[ResearchEnv, int], None]:
 
 PROPOSALS: dict[str, list[Proposal]] = {
     "math": [
-        Proposal("clean-data", "data", "replace the small noisy set with 2000 verified pool rows", _from_pool(2000)),
-        Proposal("calculator", "harness", "GSM8K calculator + answer extraction, longer outputs", _harness("calculator")),
-        Proposal("train-longer", "trainer", "lr 2e-3, 3 epochs, cosine schedule",
-                 _trainer(lr=2e-3, epochs=3, lr_schedule="cosine")),  # fmt: skip
+        Proposal(
+            "clean-data", "data", "replace the small noisy set with 2000 verified pool rows", _from_pool(2000)
+        ),
+        Proposal(
+            "calculator",
+            "harness",
+            "GSM8K calculator + answer extraction, longer outputs",
+            _harness("calculator"),
+        ),
+        Proposal(
+            "train-longer",
+            "trainer",
+            "lr 2e-3, 3 epochs, cosine schedule",
+            _trainer(lr=2e-3, epochs=3, lr_schedule="cosine"),
+        ),  # fmt: skip
         Proposal("more-data", "data", "3500 pool rows", _from_pool(3500)),
         Proposal("vote", "harness", "self-consistency over 5 samples", _harness("calculator", votes=5)),
     ],
@@ -80,7 +91,9 @@ class GreedyAgent:
         unit = fb.budget.get("unit", "flops")
         dearest = max((h.get("charge", {}).get(unit, 0.0) for h in fb.history), default=0.0)
         if fb.budget.get("left", 0.0) < self.margin * dearest:
-            return TurnResult(done=True, notes=f"greedy: budget left {fb.budget.get('left'):.3g} < one iteration")
+            return TurnResult(
+                done=True, notes=f"greedy: budget left {fb.budget.get('left'):.3g} < one iteration"
+            )
         best = fb.best()
         if best is not None:
             env.restore(best["snapshot"])

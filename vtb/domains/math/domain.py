@@ -90,7 +90,9 @@ class MathDomain:
         sub = "hidden" if name == "test" else "research"
         return _read_jsonl(data_dir / sub / f"{name}.jsonl")
 
-    def write_initial_system(self, ws: Path, task: TaskConfig, trainer: TrainerConfig, data_dir: Path) -> None:
+    def write_initial_system(
+        self, ws: Path, task: TaskConfig, trainer: TrainerConfig, data_dir: Path
+    ) -> None:
         """Small, partly noisy data; the configured trainer; a plain harness."""
         rng = random.Random(task.data_seed)
         pool = self.split(data_dir, "pool")

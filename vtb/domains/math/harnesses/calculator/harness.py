@@ -92,7 +92,10 @@ def main() -> None:
     def policy(batch: list[dict]) -> list[dict]:
         prompts = [CONFIG["prompt"].format(question=m["observation"]["question"]) for m in batch]
         votes = max(1, int(CONFIG.get("votes", 1)))
-        runs = [solve(engine, prompts, 0.0 if votes == 1 else CONFIG["temperature"], seed) for seed in range(votes)]
+        runs = [
+            solve(engine, prompts, 0.0 if votes == 1 else CONFIG["temperature"], seed)
+            for seed in range(votes)
+        ]
         actions = []
         for j in range(len(batch)):
             answers = [final_answer(run[j]) for run in runs]
