@@ -120,7 +120,7 @@ class Engine:
             usage.charge(0.0)
             self.last_usage = {"prompt_tokens": 0, "generated_tokens": 0, "flops": 0.0}
             return [""] * len(prompts)
-        stop = [s for s in (stop or []) if s]
+        stop = [s for s in ([stop] if isinstance(stop, str) else stop or []) if s]
         encoded = self.encode(prompts, max_new_tokens)
         bound = sum(len(ids) for ids in encoded) + len(prompts) * max_new_tokens
         if usage.would_exceed(usage.infer_flops(self._n_params, bound)):
