@@ -21,7 +21,7 @@ class TaskConfig:
     n_val: int = 100
     n_test: int = 200
     min_steps: int = 1
-    max_steps: int = 4
+    max_steps: int = 2  # the generator does 1-4 (see conf/task/math.yaml)
     metric: str = "strict"  # strict (#### N) | flexible (last number) | boxed (MATH/AIME)
     initial_data_size: int = 200  # rows in the initial (noisy) training set
     initial_noise: float = 0.3  # share of those rows with a wrong answer
@@ -39,7 +39,7 @@ class ModelConfig:
     n_embd: int = 128
     n_head: int = 4
     n_positions: int = 256
-    pretrain_steps: int = 300
+    pretrain_steps: int = 150
     pretrain_texts: int = 20000
     seed: int = 0
 
@@ -58,8 +58,8 @@ class TrainerConfig:
 
     name: str = "sft"
     method: str = "full"  # full | lora
-    lr: float = 5e-4
-    epochs: int = 1
+    lr: float = 1e-3
+    epochs: int = 2
     max_steps: int | None = None
     batch_size: int = 32
     weight_decay: float = 0.0
@@ -90,7 +90,7 @@ class SandboxConfig:
 class BudgetConfig:
     name: str = "small"
     unit: str = "flops"  # flops | cpu_seconds: the unit that is enforced
-    limit: float = 2.0e13
+    limit: float = 1.0e13
     cpu_seconds: float = 3600.0  # hard cap on metered CPU-seconds, always enforced
 
 

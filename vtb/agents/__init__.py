@@ -30,10 +30,11 @@ class Feedback:
     )  # per candidate: iteration, snapshot, val_score, edits, charge
     budget: dict = field(default_factory=dict)  # unit, limit, used, left
 
-    def best(self) -> dict | None:
-        """Best validated candidate so far; the earliest wins a tie."""
+    def best(self, prefer_latest: bool = False) -> dict | None:
+        """Best validated candidate so far; the earliest (or latest) wins a tie."""
         scored = [h for h in self.history if h.get("val_score") is not None]
-        return max(scored, key=lambda h: (h["val_score"], -h["iteration"]), default=None)
+        sign = 1 if prefer_latest else -1
+        return max(scored, key=lambda h: (h["val_score"], sign * h["iteration"]), default=None)
 
 
 class ResearchEnv(Protocol):

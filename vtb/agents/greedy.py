@@ -1,4 +1,4 @@
-"""A scripted co-design reference: try one edit per turn, keep what raises the val score.
+"""A scripted co-design reference: try one edit per turn, keep what does not lower the val score.
 
 Each turn it restores the best candidate so far and applies the next proposal from a fixed,
 per-domain list that spans all three parts (data, trainer, harness). Everything it decides
@@ -56,22 +56,10 @@ def _trainer(**changes) -> Callable[[ResearchEnv, int], None]:
 
 PROPOSALS: dict[str, list[Proposal]] = {
     "math": [
-        Proposal(
-            "clean-data", "data", "replace the small noisy set with 2000 verified pool rows", _from_pool(2000)
-        ),
-        Proposal(
-            "calculator",
-            "harness",
-            "GSM8K calculator + answer extraction, longer outputs",
-            _harness("calculator"),
-        ),
-        Proposal(
-            "train-longer",
-            "trainer",
-            "lr 2e-3, 3 epochs, cosine schedule",
-            _trainer(lr=2e-3, epochs=3, lr_schedule="cosine"),
-        ),  # fmt: skip
-        Proposal("more-data", "data", "3500 pool rows", _from_pool(3500)),
+        Proposal("calculator", "harness", "GSM8K calculator + answer extraction, longer outputs", _harness("calculator")),
+        Proposal("clean-data", "data", "replace the small noisy set with 2000 verified pool rows", _from_pool(2000)),
+        Proposal("train-longer", "trainer", "lr 3e-3, 3 epochs, cosine schedule",
+                 _trainer(lr=3e-3, epochs=3, lr_schedule="cosine")),  # fmt: skip
         Proposal("vote", "harness", "self-consistency over 5 samples", _harness("calculator", votes=5)),
     ],
 }
@@ -94,7 +82,7 @@ class GreedyAgent:
             return TurnResult(
                 done=True, notes=f"greedy: budget left {fb.budget.get('left'):.3g} < one iteration"
             )
-        best = fb.best()
+        best = fb.best(prefer_latest=True)  # a neutral edit is kept: it may pay off with the next one
         if best is not None:
             env.restore(best["snapshot"])
         proposal = plan[k]

@@ -18,7 +18,7 @@ from vtb.domains.math.env import MathEnv
 HARNESSES = Path(__file__).parent / "harnesses"
 
 # The best choices we know for the embedded miniature (the reference row of the summary).
-REFERENCE_TRAINER = {"method": "full", "lr": 2e-3, "epochs": 3, "batch_size": 32, "lr_schedule": "cosine"}
+REFERENCE_TRAINER = {"method": "full", "lr": 3e-3, "epochs": 3, "batch_size": 32, "lr_schedule": "cosine"}
 REFERENCE_DATA_ROWS = 3000
 
 WORKSPACE_README = """# Workspace of the agent system (math)
@@ -83,8 +83,20 @@ class MathDomain:
         return list(generator.WORDS)
 
     def pretraining_texts(self, task: TaskConfig, data_dir: Path, n: int, seed: int) -> list[str]:
-        held_out = {r["question"] for r in self.split(data_dir, "val") + self.split(data_dir, "test")}
-        return generator.pretraining_texts(seed, n, held_out)
+        """Worked problems in plain text (no calculator annotations, no prompt format), never val/test.
+
+        Like a real base model, the tiny one has read math text before SFT: it knows the words
+        and the shape of a solution, but not the Question/Answer format nor the calculator.
+        """
+        held_out = {generator.normalize_question(r["question"]) for r in self.split(data_dir, "val")}
+        held_out |= {generator.normalize_question(r["question"]) for r in self.split(data_dir, "test")}
+        problems = generator.generate_problems(seed + 7919, n + len(held_out), task.min_steps, task.max_steps)
+        texts = [
+            f"{p['question']}\n{generator.strip_annotations(p['answer'])}"
+            for p in problems
+            if generator.normalize_question(p["question"]) not in held_out
+        ]
+        return texts[:n]
 
     def split(self, data_dir: Path, name: str) -> list[dict]:
         sub = "hidden" if name == "test" else "research"
