@@ -77,11 +77,11 @@ class Bench:
         start = time.monotonic()
         state = self.steps[name](**params, return_state=True)
         out = state.result()  # raises the step's error if it failed
+        cached = state.name == "Cached"
         self.timings.append({
             "step": name, "split": params.get("split"), "wall_seconds": round(time.monotonic() - start, 3),
-            "sandbox_wall_seconds": round(out.get("charge", {}).get("wall_seconds", 0.0), 3)
-            if isinstance(out, dict) else 0.0,
-            "cached": state.name == "Cached",
+            "sandbox_wall_seconds": 0.0 if cached else round(out.get("charge", {}).get("wall_seconds", 0.0), 3),
+            "cached": cached,
         })  # fmt: skip
         return out
 

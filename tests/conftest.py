@@ -33,9 +33,9 @@ def needs_bwrap():
 
 
 SMALL_OVERRIDES = [
-    "task.n_pool=1200", "task.n_val=40", "task.n_test=60", "task.max_steps=2", "task.initial_data_size=120",
+    "task.n_pool=600", "task.n_val=40", "task.n_test=60", "task.max_steps=2", "task.initial_data_size=120",
     "model.n_layer=2", "model.n_embd=64", "model.pretrain_steps=40", "model.pretrain_texts=2000",
-    "budget.limit=5e12",
+    "budget.limit=5e12", "reference=false", "null_model_check=false",
 ]  # fmt: skip
 
 

@@ -56,10 +56,21 @@ def _trainer(**changes) -> Callable[[ResearchEnv, int], None]:
 
 PROPOSALS: dict[str, list[Proposal]] = {
     "math": [
-        Proposal("calculator", "harness", "GSM8K calculator + answer extraction, longer outputs", _harness("calculator")),
-        Proposal("clean-data", "data", "replace the small noisy set with 2000 verified pool rows", _from_pool(2000)),
-        Proposal("train-longer", "trainer", "lr 3e-3, 3 epochs, cosine schedule",
-                 _trainer(lr=3e-3, epochs=3, lr_schedule="cosine")),  # fmt: skip
+        Proposal(
+            "calculator",
+            "harness",
+            "GSM8K calculator + answer extraction, longer outputs",
+            _harness("calculator"),
+        ),
+        Proposal(
+            "clean-data", "data", "replace the small noisy set with 2000 verified pool rows", _from_pool(2000)
+        ),
+        Proposal(
+            "train-longer",
+            "trainer",
+            "lr 3e-3, 3 epochs, cosine schedule",
+            _trainer(lr=3e-3, epochs=3, lr_schedule="cosine"),
+        ),  # fmt: skip
         Proposal("vote", "harness", "self-consistency over 5 samples", _harness("calculator", votes=5)),
     ],
 }

@@ -19,7 +19,7 @@ HARNESSES = Path(__file__).parent / "harnesses"
 
 # The best choices we know for the embedded miniature (the reference row of the summary).
 REFERENCE_TRAINER = {"method": "full", "lr": 3e-3, "epochs": 3, "batch_size": 32, "lr_schedule": "cosine"}
-REFERENCE_DATA_ROWS = 3000
+REFERENCE_DATA_ROWS = 2500
 
 WORKSPACE_README = """# Workspace of the agent system (math)
 
