@@ -51,7 +51,8 @@ def _real_splits(task: TaskConfig) -> dict[str, list[dict]]:
     """Shuffle a real data set (fixed seed) into test / val / pool."""
     if not task.path:
         raise ValueError(f"task.source={task.source} needs task.path=<local file or HF dataset name>")
-    records = loaders.load(task.source, task.path, "test")
+    split = {"aime": "train"}.get(task.source, "test")  # AIME sets on the hub only have a train split
+    records = loaders.load(task.source, task.path, split)
     random.Random(task.data_seed).shuffle(records)
     test, val = records[: task.n_test], records[task.n_test : task.n_test + task.n_val]
     return {"test": test, "val": val, "pool": records[task.n_test + task.n_val :]}
