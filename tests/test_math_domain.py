@@ -8,7 +8,9 @@ from vtb.hashing import hash_dir
 
 def test_real_gsm8k_file_is_split_without_overlap(tmp_path):
     src = tmp_path / "gsm8k.jsonl"
-    rows = [{"question": f"Tom has {i} apples. How many?", "answer": f"He has {i}.\n#### {i}"} for i in range(30)]
+    rows = [
+        {"question": f"Tom has {i} apples. How many?", "answer": f"He has {i}.\n#### {i}"} for i in range(30)
+    ]
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     task = TaskConfig(source="gsm8k", path=str(src), n_test=10, n_val=5)
     counts = MathDomain().provision(task, tmp_path / "data")

@@ -7,6 +7,7 @@ sandbox: episodes carry inputs only, and rewards are computed here.
 
 from __future__ import annotations
 
+import json
 import queue
 import shutil
 import sys
@@ -94,8 +95,6 @@ def train(
     summary = {}
     summary_file = out_dir / "checkpoint" / "train_summary.json"
     if ok and summary_file.exists():
-        import json
-
         summary = json.loads(summary_file.read_text())
     log = "".join(lines)[-20000:] + "\n--- stderr ---\n" + result.stderr[-20000:]
     (out_dir / "train.log").write_text(log)
