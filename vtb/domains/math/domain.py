@@ -35,18 +35,6 @@ WORKSPACE_README = """# Workspace of the agent system (math)
 """
 
 
-def _write_jsonl(path: Path, rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
-
-
-def _read_jsonl(path: Path) -> list[dict]:
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 def _real_splits(task: TaskConfig) -> dict[str, list[dict]]:
     """Shuffle a real data set (fixed seed) into test / val / pool."""
     if not task.path:
@@ -75,9 +63,9 @@ class MathDomain:
                 key = " ".join(row["question"].lower().split())
                 if seen.setdefault(key, name) != name:
                     raise ValueError(f"split overlap: a {name} question is also in {seen[key]}")
-        _write_jsonl(out / "research" / "pool.jsonl", splits["pool"])
-        _write_jsonl(out / "research" / "val.jsonl", splits["val"])
-        _write_jsonl(out / "hidden" / "test.jsonl", splits["test"])
+        datatools.write_jsonl(out / "research" / "pool.jsonl", splits["pool"])
+        datatools.write_jsonl(out / "research" / "val.jsonl", splits["val"])
+        datatools.write_jsonl(out / "hidden" / "test.jsonl", splits["test"])
         return {name: len(rows) for name, rows in splits.items()}
 
     def tokenizer_words(self) -> list[str]:
@@ -101,7 +89,7 @@ class MathDomain:
 
     def split(self, data_dir: Path, name: str) -> list[dict]:
         sub = "hidden" if name == "test" else "research"
-        return _read_jsonl(data_dir / sub / f"{name}.jsonl")
+        return datatools.read_jsonl(data_dir / sub / f"{name}.jsonl")
 
     def write_initial_system(
         self, ws: Path, task: TaskConfig, trainer: TrainerConfig, data_dir: Path
@@ -114,7 +102,7 @@ class MathDomain:
             if rng.random() < task.initial_noise:
                 problem = {**problem, "answer": generator.corrupt(problem["answer"], rng)}
             rows.append(datatools.to_sft_row(problem))
-        _write_jsonl(ws / "data" / "train.jsonl", rows)
+        datatools.write_jsonl(ws / "data" / "train.jsonl", rows)
         (ws / "trainer").mkdir(parents=True, exist_ok=True)
         (ws / "trainer" / "config.json").write_text(json.dumps(trainer_dict(trainer), indent=2) + "\n")
         shutil.copytree(HARNESSES / "initial", ws / "harness", dirs_exist_ok=True)
@@ -123,7 +111,7 @@ class MathDomain:
     def write_reference_system(self, ws: Path, task: TaskConfig, data_dir: Path) -> None:
         pool = self.split(data_dir, "pool")
         rows = [datatools.to_sft_row(p) for p in pool[:REFERENCE_DATA_ROWS]]
-        _write_jsonl(ws / "data" / "train.jsonl", rows)
+        datatools.write_jsonl(ws / "data" / "train.jsonl", rows)
         (ws / "trainer").mkdir(parents=True, exist_ok=True)
         (ws / "trainer" / "config.json").write_text(json.dumps(REFERENCE_TRAINER, indent=2) + "\n")
         shutil.copytree(HARNESSES / "calculator", ws / "harness", dirs_exist_ok=True)
