@@ -205,7 +205,7 @@ class Bench:
         say(f"grading the {label} system on the hidden test split", self.t0)
         test = self.play(sid, train_key, checkpoint, "test", -1, budgeted=False)
         out = {"test_score": test["score"], "n": test["n"], "answered": test["answered"], "crashes": test["crashes"],
-               "denials": test["denials"], "samples": test["samples"], "inference_flops": test["charge"]["flops"]}  # fmt: skip
+               "denials": test["denials"], "samples": test["samples"], "metrics": test.get("metrics", {}), "inference_flops": test["charge"]["flops"]}  # fmt: skip
         if self.cfg.null_model_check:
             null = self.play(sid, train_key, checkpoint, "test", -1, budgeted=False, null_model=True)
             out["null_model_score"] = null["score"]

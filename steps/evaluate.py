@@ -1,7 +1,7 @@
 """Validate and grade: play a split's episodes against a harness + checkpoint, score them here.
 
-The sandbox gets only episode inputs; answers and the scorer stay in this (orchestrator)
-process. Cached by hash(checkpoint, harness, split, code).
+The sandbox gets only episode inputs and observations; answers, environments (tool database,
+user simulator) and the scorer stay in this (orchestrator) process. Cached by hash(checkpoint, harness, split, code).
 """
 
 from __future__ import annotations
@@ -29,30 +29,30 @@ def play_step(
     null_model: bool = False,
 ) -> dict:
     domain = get_domain(task_cfg.name)
-    items = domain.split(Path(data_dir), split)
+    episodes = domain.episodes(Path(data_dir), split, task_cfg)
     outcome = runner.play(
         pipeline.sandbox_for(sandbox_cfg),
         Path(harness_dir),
         Path(model_dir),
-        [domain.start_message(item) for item in items],
+        episodes,
         limits=pipeline.step_limits(sandbox_cfg, max_flops, cpu_seconds),
         round_timeout_s=task_cfg.round_timeout_s,
         per_episode_timeout_s=task_cfg.per_episode_timeout_s,
         null_model=null_model,
     )
-    rewards = {item["id"]: domain.reward(item, outcome.actions.get(item["id"]), task_cfg) for item in items}
+    rewards = {ep.id: ep.reward() for ep in episodes}
     return {
         "split": split,
         "score": sum(rewards.values()) / max(1, len(rewards)),
-        "n": len(items),
+        "n": len(episodes),
         "answered": len(outcome.actions),
         "rewards": rewards,
-        "samples": [
-            {"id": i["id"], "reward": rewards[i["id"]], "action": outcome.actions.get(i["id"])}
-            for i in items[:5]
-        ],
+        "metrics": domain.metrics(episodes, task_cfg),
+        "samples": [ep.record() for ep in episodes[:5]],
         "charge": asdict(outcome.charge),
+        "rounds": outcome.rounds,
         "crashes": outcome.crashes,
+        "failed": dict(list(outcome.failed.items())[:50]),
         "killed": outcome.killed,
         "garbage": outcome.garbage,
         "denials": outcome.denials[:50],

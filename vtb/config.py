@@ -27,6 +27,15 @@ class TaskConfig:
     initial_noise: float = 0.3  # share of those rows with a wrong answer
     round_timeout_s: float = 120.0  # harness time per round, plus per_episode_timeout_s each
     per_episode_timeout_s: float = 2.0
+    # multi-turn (tau) fields; see conf/task/tau.yaml
+    n_users: int = 40  # size of the generated retail database
+    trials: int = 2  # test trials per task (pass^k needs k <= trials)
+    val_trials: int = 1
+    pass_k: int = 2  # the k of the reported pass^k
+    max_steps_per_episode: int = 30  # agent actions per episode (tau-bench's limit)
+    user: str = "scripted"  # scripted | llm (an OpenAI-compatible endpoint, see user_* below)
+    user_base_url: str | None = None
+    user_model: str | None = None
 
 
 @dataclass

@@ -96,16 +96,17 @@ def _build_tiny(
     sandbox_cfg: SandboxConfig,
     echo: Callable,
 ) -> dict:
-    from vtb.domains.math.generator import NUMBER_MAX
     from vtb.runner import charge_of, stream_lines
 
     domain = get_domain(task.name)
+    tokens = domain.tokenizer_spec(task, data_dir)
     spec = {
-        "words": domain.tokenizer_words(),
-        "number_max": NUMBER_MAX,
+        "words": tokens["words"], "number_max": tokens["number_max"], "tokenizer": tokens.get("mode", "words"),
         "texts": domain.pretraining_texts(task, data_dir, model.pretrain_texts, model.seed),
         "model": {"n_layer": model.n_layer, "n_embd": model.n_embd, "n_head": model.n_head,
-                  "n_positions": model.n_positions, "steps": model.pretrain_steps, "seed": model.seed},
+                  # a domain whose conversations are long raises the window (tau: 512)
+                  "n_positions": max(model.n_positions, tokens.get("min_positions", 0)),
+                  "steps": model.pretrain_steps, "seed": model.seed},
     }  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="vtb-base-") as tmp:
         work = Path(tmp)

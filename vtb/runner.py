@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from vtb.ledger import Charge
 from vtb.protocol import parse_action_line, send
@@ -101,22 +102,62 @@ def train(
     return TrainOutcome(ok, charge_of(result), result.killed, result.returncode, log, summary)
 
 
+class Episode(Protocol):
+    """The orchestrator-side state of one episode (environment, user simulator, reward).
+
+    `message(fresh)` is what the harness gets next: a full ``start`` message when the harness
+    process has not seen this episode yet (first round, or after a restart), an ``observation``
+    otherwise. `step(action)` advances the episode; it returns False when the episode is over.
+    `fail(reason)` ends it without a valid action (crash, hang, garbage): that episode scores 0.
+    """
+
+    id: str
+
+    def message(self, fresh: bool) -> dict: ...
+
+    def step(self, action: dict) -> bool: ...
+
+    def fail(self, reason: str) -> None: ...
+
+
+class SingleTurn:
+    """A one-step episode around a ready start message (math, and tests)."""
+
+    def __init__(self, start: dict):
+        self.id = start["episode"]
+        self.start = start
+        self.action: dict | None = None
+        self.failure: str | None = None
+
+    def message(self, fresh: bool) -> dict:
+        return self.start
+
+    def step(self, action: dict) -> bool:
+        self.action = action
+        return False
+
+    def fail(self, reason: str) -> None:
+        self.failure = reason
+
+
 @dataclass
 class EpisodeOutcome:
-    actions: dict[str, dict]  # episode id -> the action it answered with
+    actions: dict[str, dict]  # episode id -> the last action it answered with
     charge: Charge
     garbage: list[str]  # lines that were not protocol actions (first few)
     crashes: int  # harness processes that died or were killed before answering everything
     killed: list[str]  # reasons the sandbox gave (wall, cpu, flops)
     denials: list[str]
     stderr_tail: str = ""
+    rounds: int = 0
+    failed: dict[str, str] = field(default_factory=dict)  # episode id -> why it ended without an action
 
 
 def play(
     sandbox: Sandbox,
     harness_dir: Path,
     model_dir: Path,
-    messages: list[dict],
+    episodes: list[Episode] | list[dict],
     *,
     limits: Limits,
     round_timeout_s: float,
@@ -125,20 +166,26 @@ def play(
     max_restarts: int = 20,
     null_model: bool = False,
 ) -> EpisodeOutcome:
-    """Send single-turn episodes to the harness in rounds and collect one action per episode.
+    """Play episodes against the harness in rounds until every episode is over.
 
+    Each round sends up to `chunk` running episodes their next message and waits for one
+    action each; single-turn episodes (plain start-message dicts) end after one round.
     A harness that crashes, hangs or prints garbage costs only the episodes it failed to
-    answer: after a failure its unanswered episodes are retried one at a time in a fresh
-    harness, so one poisonous input cannot take the others with it.
+    answer: those are retried once alone in a fresh harness (so one poisonous input cannot
+    take the others with it) and end with a failure if that fails too.
     """
+    eps: list[Episode] = [SingleTurn(e) if isinstance(e, dict) else e for e in episodes]
     mounts = runtime_mounts() + [Mount(harness_dir, "/ws/harness"), Mount(model_dir, "/model")]
     env = {"VTB_MODEL_DIR": "/model"}
     if null_model:
         env["VTB_NULL_MODEL"] = "1"
     argv = [PYTHON, "/ws/harness/harness.py"]
     out = EpisodeOutcome({}, Charge(), [], 0, [], [])
-    pending = [messages[i : i + chunk] for i in range(0, len(messages), chunk)]
+    running: list[Episode] = list(eps)
+    alone: list[Episode] = []  # episodes to retry one per round after a failure
+    retried: set[str] = set()
     proc = lines = None
+    seen: set[str] = set()  # episodes the current harness process has been started on
     starts = 0
 
     def finish(p, hung: bool = False) -> None:
@@ -158,25 +205,38 @@ def play(
         if result.killed and result.killed != "closed":
             out.killed.append(result.killed)
 
-    while pending:
-        batch = pending.pop(0)
+    def end(ep: Episode, reason: str) -> None:
+        ep.fail(reason)
+        out.failed[ep.id] = reason
+
+    while running or alone:
+        if alone:
+            batch = [alone.pop(0)]
+        else:
+            batch, running = running[:chunk], running[chunk:]
         if proc is None:
             if starts > max_restarts:
+                for ep in batch + alone + running:
+                    end(ep, "harness restarted too often")
                 break
             starts += 1
             proc = sandbox.start(argv, mounts=mounts, limits=limits, cwd="/ws/harness", env=env)
             lines = queue.Queue()
             threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
-        wanted = {m["episode"] for m in batch}
+            seen = set()
+        out.rounds += 1
+        wanted = {ep.id: ep for ep in batch}
         try:
-            for m in batch:
-                send(proc.stdin, m)
+            for ep in batch:
+                send(proc.stdin, ep.message(fresh=ep.id not in seen))
+                seen.add(ep.id)
             send(proc.stdin, {"type": "flush"})
         except (BrokenPipeError, OSError, ValueError):
             pass
         deadline = time.monotonic() + round_timeout_s + per_episode_timeout_s * len(batch)
         got: set[str] = set()
-        while got != wanted:
+        going_on: list[Episode] = []
+        while len(got) < len(wanted):
             try:
                 line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
@@ -190,15 +250,24 @@ def play(
                 continue
             got.add(parsed[0])
             out.actions[parsed[0]] = parsed[1]
-        missing = [m for m in batch if m["episode"] not in got]
+            if wanted[parsed[0]].step(parsed[1]):
+                going_on.append(wanted[parsed[0]])
+        running += going_on
+        missing = [ep for ep in batch if ep.id not in got]
         if missing:
             out.crashes += 1
             finish(proc, hung=True)
             proc = None
             if out.killed and out.killed[-1] in ("flops", "cpu"):
+                for ep in missing + alone + running:
+                    end(ep, f"budget: killed ({out.killed[-1]})")
                 break  # budget spent: retrying would only be killed again
-            if len(batch) > 1:
-                pending = [[m] for m in missing] + pending
+            for ep in missing:
+                if len(batch) > 1 and ep.id not in retried:
+                    retried.add(ep.id)
+                    alone.append(ep)
+                else:
+                    end(ep, "no valid action from the harness")
     if proc is not None:
         finish(proc)
     return out

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from vtb.agents import ResearchEnv, TurnResult, register
 
-MATH_HARNESSES = Path(__file__).resolve().parents[1] / "domains" / "math" / "harnesses"
+DOMAINS = Path(__file__).resolve().parents[1] / "domains"
+MATH_HARNESSES = DOMAINS / "math" / "harnesses"
 
 
 @dataclass
@@ -36,9 +37,23 @@ def _from_pool(n: int) -> Callable[[ResearchEnv, int], None]:
     return apply
 
 
-def _harness(name: str, **overrides) -> Callable[[ResearchEnv, int], None]:
+def _demos(n: int) -> Callable[[ResearchEnv, int], None]:
+    """Replace the demonstrations with n fresh expert ones of train tasks, then re-render the SFT rows."""
+
     def apply(env: ResearchEnv, seed: int) -> None:
-        src = MATH_HARNESSES / name
+        tool = "python -m vtb.domains.tau.datatools"
+        cmd = (f"{tool} demos --n {n} --seed {seed} --out data/trajectories.jsonl && "
+               f"{tool} check data/trajectories.jsonl && {tool} sft data/trajectories.jsonl data/train.jsonl")  # fmt: skip
+        result = env.run(cmd)
+        if result["returncode"] != 0:
+            raise RuntimeError(f"data edit failed: {result['stderr'][-500:]}")
+
+    return apply
+
+
+def _harness(name: str, domain: str = "math", **overrides) -> Callable[[ResearchEnv, int], None]:
+    def apply(env: ResearchEnv, seed: int) -> None:
+        src = DOMAINS / domain / "harnesses" / name
         env.write_file("harness/harness.py", (src / "harness.py").read_text())
         config = json.loads((src / "config.json").read_text()) | overrides
         env.write_file("harness/config.json", json.dumps(config, indent=2) + "\n")
@@ -72,6 +87,21 @@ PROPOSALS: dict[str, list[Proposal]] = {
             _trainer(lr=3e-3, epochs=3, lr_schedule="cosine"),
         ),  # fmt: skip
         Proposal("vote", "harness", "self-consistency over 5 samples", _harness("calculator", votes=5)),
+    ],
+    "tau": [
+        Proposal(
+            "repair",
+            "harness",
+            "validate tool calls against the schemas; repair ids/JSON; retry",
+            _harness("repair", domain="tau"),
+        ),
+        Proposal("clean-demos", "data", "300 verified expert demonstrations of train tasks", _demos(300)),
+        Proposal(
+            "train-longer",
+            "trainer",
+            "lr 3e-3, 4 epochs, cosine schedule",
+            _trainer(lr=3e-3, epochs=4, lr_schedule="cosine"),
+        ),
     ],
 }
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Protocol
 
 from vtb.config import TaskConfig, TrainerConfig
+from vtb.runner import Episode
 
 
 class Domain(Protocol):
@@ -19,7 +20,9 @@ class Domain(Protocol):
         """Write research/ (what the research sandbox may see) and hidden/ (test labels) under out."""
         ...
 
-    def tokenizer_words(self) -> list[str]: ...
+    def tokenizer_spec(self, task: TaskConfig, data_dir: Path) -> dict:
+        """What the tiny model's tokenizer must cover: {"words", "number_max", "mode", optional "min_positions"}."""
+        ...
 
     def pretraining_texts(self, task: TaskConfig, data_dir: Path, n: int, seed: int) -> list[str]: ...
 
@@ -31,9 +34,21 @@ class Domain(Protocol):
 
     def split(self, data_dir: Path, name: str) -> list[dict]: ...
 
-    def start_message(self, item: dict) -> dict: ...
+    def episodes(self, data_dir: Path, split: str, task: TaskConfig) -> list[ScoredEpisode]:
+        """The split's episodes (orchestrator side: environment, user simulator, reward)."""
+        ...
 
-    def reward(self, item: dict, action: dict | None, task: TaskConfig) -> float: ...
+    def metrics(self, episodes: list[ScoredEpisode], task: TaskConfig) -> dict:
+        """Split-level figures beyond the mean reward (e.g. pass^k)."""
+        ...
+
+
+class ScoredEpisode(Episode, Protocol):
+    def reward(self) -> float: ...
+
+    def record(self) -> dict:
+        """A JSON-able account of the episode for the run record (no hidden labels needed to read it)."""
+        ...
 
 
 def get_domain(name: str) -> Domain:
@@ -41,4 +56,8 @@ def get_domain(name: str) -> Domain:
         from vtb.domains.math.domain import MathDomain
 
         return MathDomain()
-    raise ValueError(f"unknown task {name!r}; available: math (set task=math)")
+    if name == "tau":
+        from vtb.domains.tau.domain import TauDomain
+
+        return TauDomain()
+    raise ValueError(f"unknown task {name!r}; available: math, tau (set task=<name>)")

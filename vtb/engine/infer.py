@@ -53,6 +53,7 @@ class Engine:
             self.model = None
             self._n_params = 0
             self.eos_ids: set[int] = set()
+            self.spaced = False
             return
         hf_logging.disable_progress_bar()  # harness stderr is a log, not a terminal
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
@@ -70,6 +71,9 @@ class Engine:
         params = inspect.signature(self.model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
         self._decoder = self.tokenizer.backend_tokenizer
+        probe = self.tokenizer('{"a.b"}', add_special_tokens=False).input_ids
+        # word-level tokenizers (the tiny model's) decode with a space between all tokens
+        self.spaced = self._decoder.decode(probe) != '{"a.b"}'
 
     @property
     def n_params(self) -> int:

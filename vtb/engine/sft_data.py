@@ -3,6 +3,10 @@
 The prompt is encoded the way the inference engine encodes it (with the tokenizer's special
 tokens) and the completion without them, so a trained model continues a harness's prompt
 the way it saw in training.
+
+A multi-turn row may instead be `{"segments": [[text, train], ...]}`: the texts are concatenated
+and the loss is on the segments whose `train` is true (every agent turn of a conversation in
+one row, as chat SFT does, instead of one row per turn with the whole prefix repeated).
 """
 
 from __future__ import annotations
@@ -28,16 +32,48 @@ def load_rows(path: Path) -> list[dict]:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}:{number}: not JSON ({e})") from None
-            if not (
-                isinstance(row, dict)
-                and isinstance(row.get("prompt"), str)
-                and isinstance(row.get("completion"), str)
-            ):
-                raise ValueError(f'{path}:{number}: a row must be {{"prompt": str, "completion": str}}')
+            if not (_is_pair(row) or _is_segments(row)):
+                raise ValueError(
+                    f'{path}:{number}: a row must be {{"prompt": str, "completion": str}} '
+                    'or {"segments": [[str, bool], ...]}'
+                )
             rows.append(row)
     if not rows:
         raise ValueError(f"{path}: no training rows")
     return rows
+
+
+def _is_pair(row: object) -> bool:
+    return (
+        isinstance(row, dict)
+        and isinstance(row.get("prompt"), str)
+        and isinstance(row.get("completion"), str)
+    )
+
+
+def _is_segments(row: object) -> bool:
+    segments = row.get("segments") if isinstance(row, dict) else None
+    return (
+        isinstance(segments, list)
+        and bool(segments)
+        and all(
+            isinstance(s, list) and len(s) == 2 and isinstance(s[0], str) and isinstance(s[1], bool)
+            for s in segments
+        )
+    )
+
+
+def encode_segments(row: dict, tokenizer, max_length: int) -> tuple[list[int], list[int]]:
+    """A multi-turn row: the first segment with special tokens, the rest without; EOS after the last."""
+    ids: list[int] = []
+    labels: list[int] = []
+    for k, (text, train) in enumerate(row["segments"]):
+        piece = tokenizer(text, add_special_tokens=k == 0).input_ids
+        ids += piece
+        labels += piece if train else [IGNORE] * len(piece)
+    ids.append(tokenizer.eos_token_id)
+    labels.append(tokenizer.eos_token_id if row["segments"][-1][1] else IGNORE)
+    return ids[:max_length], labels[:max_length]
 
 
 def encode_rows(rows: list[dict], tokenizer, max_length: int) -> list[tuple[list[int], list[int]]]:
@@ -49,8 +85,12 @@ def encode_rows(rows: list[dict], tokenizer, max_length: int) -> list[tuple[list
     eos = tokenizer.eos_token_id
     if eos is None:
         raise ValueError("the base model's tokenizer has no EOS token; SFT appends one after each completion")
-    prompts = tokenizer([r["prompt"] for r in rows], add_special_tokens=True).input_ids
-    completions = tokenizer([r["completion"] for r in rows], add_special_tokens=False).input_ids
+    segmented = {i: encode_segments(r, tokenizer, max_length) for i, r in enumerate(rows) if "segments" in r}
+    pairs = [r for r in rows if "segments" not in r]
+    prompts = tokenizer([r["prompt"] for r in pairs], add_special_tokens=True).input_ids if pairs else []
+    completions = (
+        tokenizer([r["completion"] for r in pairs], add_special_tokens=False).input_ids if pairs else []
+    )
     out = []
     for prompt, completion in zip(prompts, completions, strict=True):
         completion = (completion + [eos])[: max_length - min(len(prompt), 1)]
@@ -60,7 +100,8 @@ def encode_rows(rows: list[dict], tokenizer, max_length: int) -> list[tuple[list
             else prompt
         )
         out.append((prompt + completion, [IGNORE] * len(prompt) + completion))
-    return out
+    it = iter(out)
+    return [segmented[i] if i in segmented else next(it) for i in range(len(rows))]
 
 
 def batch_tensors(examples: list[tuple[list[int], list[int]]], pad_id: int):

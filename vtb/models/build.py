@@ -2,7 +2,7 @@
 
 Provisioning runs this inside a sandbox (no network, only the spec and the output folder
 visible), so base-model pre-training is metered like every other compute step.
-SPEC is JSON: {"words": [...], "number_max": int, "texts": [...], "model": {n_layer, n_embd,
+SPEC is JSON: {"words": [...], "number_max": int, "tokenizer": "words"|"ids", "texts": [...], "model": {n_layer, n_embd,
 n_head, n_positions, steps, seed}}.
 """
 
@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("out", type=Path)
     args = parser.parse_args(argv)
     spec = json.loads(args.spec.read_text())
-    tokenizer = build_tokenizer(spec["words"], spec["number_max"])
+    tokenizer = build_tokenizer(spec["words"], spec["number_max"], mode=spec.get("tokenizer", "words"))
     m = spec["model"]
     build_tiny_model(
         args.out, spec["texts"], tokenizer, n_layer=m["n_layer"], n_embd=m["n_embd"], n_head=m["n_head"],

@@ -28,6 +28,9 @@ PIECE = r"\d+|[A-Za-z]+|<<|>>|####|\n|[^\sA-Za-z\d]"
 SYMBOLS = ["\n", "<<", ">>", "####", *string.punctuation]
 # Never a prefix of a vocabulary entry: makes the WordPiece decoder a plain "join with spaces".
 _NO_PREFIX = "\x00\x00"
+# "ids" mode (tool-use domains): a run of letters, digits and underscores is one piece, so ids like
+# `mei_kim_3456`, `W8850172` or `find_user_id_by_email` are single tokens when the corpus has them.
+PIECE_IDS = r"[A-Za-z0-9_]+|\n|[^\sA-Za-z0-9_]"
 
 
 def _word_forms(words: list[str]) -> list[str]:
@@ -39,21 +42,35 @@ def _word_forms(words: list[str]) -> list[str]:
     return sorted(forms)
 
 
-def build_tokenizer(words: list[str], number_max: int) -> PreTrainedTokenizerFast:
+def build_tokenizer(words: list[str], number_max: int, mode: str = "words") -> PreTrainedTokenizerFast:
     """Word-level tokenizer: specials, symbols, the integers 0..number_max and the given words.
 
-    Decoding joins tokens with single spaces and no space around newlines, so
+    mode "words": letters and digit runs are separate pieces; the vocabulary has the alphabetic
+    pieces of `words` (and their lower/capitalised forms).
+    mode "ids": runs of letters, digits and `_` are pieces; the vocabulary has every such piece
+    of `words` (pass whole texts: records, schemas, phrases).
+    Either way decoding joins tokens with single spaces and no space around newlines, so
     `decode(encode(x))` is a normalised form of x that re-encodes to the same ids.
     """
+    if mode == "ids":
+        pieces = {p for w in words for p in re.findall(PIECE_IDS, w) if not p.isspace()}
+        extra, pattern = (
+            sorted(pieces | {p.lower() for p in pieces} | {p.capitalize() for p in pieces}),
+            PIECE_IDS,
+        )
+    elif mode == "words":
+        extra, pattern = _word_forms(words), PIECE
+    else:
+        raise ValueError(f"tokenizer mode {mode!r} is not one of words, ids")
     vocab: dict[str, int] = {}
-    for token in [*SPECIALS, *SYMBOLS, *(str(n) for n in range(number_max + 1)), *_word_forms(words)]:
+    for token in [*SPECIALS, *SYMBOLS, *(str(n) for n in range(number_max + 1)), *extra]:
         vocab.setdefault(token, len(vocab))
     backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     backend.add_special_tokens(SPECIALS)
     backend.pre_tokenizer = pre_tokenizers.Sequence(
         [
             pre_tokenizers.Split(Regex(r"[^\S\n]+"), behavior="removed"),
-            pre_tokenizers.Split(Regex(PIECE), behavior="isolated"),
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
         ]
     )
     backend.decoder = decoders.Sequence(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from vtb.config import TaskConfig, TrainerConfig
 from vtb.domains.math import datatools, generator, loaders
-from vtb.domains.math.env import MathEnv
+from vtb.domains.math.env import MathEnv, MathEpisode
 
 HARNESSES = Path(__file__).parent / "harnesses"
 
@@ -68,8 +68,8 @@ class MathDomain:
         datatools.write_jsonl(out / "hidden" / "test.jsonl", splits["test"])
         return {name: len(rows) for name, rows in splits.items()}
 
-    def tokenizer_words(self) -> list[str]:
-        return list(generator.WORDS)
+    def tokenizer_spec(self, task: TaskConfig, data_dir: Path) -> dict:
+        return {"words": list(generator.WORDS), "number_max": generator.NUMBER_MAX, "mode": "words"}
 
     def pretraining_texts(self, task: TaskConfig, data_dir: Path, n: int, seed: int) -> list[str]:
         """Worked problems in plain text (no calculator annotations, no prompt format), never val/test.
@@ -117,11 +117,14 @@ class MathDomain:
         shutil.copytree(HARNESSES / "calculator", ws / "harness", dirs_exist_ok=True)
         (ws / "README.md").write_text(WORKSPACE_README)
 
+    def episodes(self, data_dir: Path, split: str, task: TaskConfig) -> list[MathEpisode]:
+        return [MathEpisode(item, task.metric, self.env) for item in self.split(data_dir, split)]
+
+    def metrics(self, episodes: list[MathEpisode], task: TaskConfig) -> dict:
+        return {}
+
     def start_message(self, item: dict) -> dict:
         return self.env.start_message(item)
-
-    def reward(self, item: dict, action: dict | None, task: TaskConfig) -> float:
-        return self.env.reward(item, action, task.metric)
 
 
 def trainer_dict(trainer: TrainerConfig) -> dict:

@@ -7,6 +7,7 @@ or solution field can ever reach the harness, whatever the problem dict carries.
 from __future__ import annotations
 
 from vtb.domains.math import grader
+from vtb.runner import SingleTurn
 
 
 class MathEnv:
@@ -30,3 +31,17 @@ class MathEnv:
         if not isinstance(content, str):
             return 0.0
         return grader.score(content, problem, metric)
+
+
+class MathEpisode(SingleTurn):
+    """One question, one answer; the reward is the grader's score of that answer."""
+
+    def __init__(self, problem: dict, metric: str, env: MathEnv):
+        super().__init__(env.start_message(problem))
+        self.problem, self.metric, self.env = problem, metric, env
+
+    def reward(self) -> float:
+        return self.env.reward(self.problem, self.action, self.metric)
+
+    def record(self) -> dict:
+        return {"id": self.id, "reward": self.reward(), "action": self.action, "failure": self.failure}

@@ -1,0 +1,217 @@
+"""The tau (retail tool use) domain as the pipeline sees it: database, task splits, systems, episodes.
+
+Splits are fixed by task.data_seed. The research sandbox gets the train tasks WITH gold actions
+(research/pool.jsonl: demonstrations may be made from them), the database, tools and policy,
+and only the ids and templates of the val tasks; val and test tasks in full live in hidden/.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import random
+import shutil
+from pathlib import Path
+
+from vtb.config import TaskConfig, TrainerConfig
+from vtb.domains.math.datatools import read_jsonl, write_jsonl
+from vtb.domains.math.domain import trainer_dict
+from vtb.domains.tau import datatools, env, expert, prompting, tasks, tools, user
+from vtb.domains.tau import db as dbgen
+from vtb.domains.tau.env import TauEpisode, pass_hat_k
+
+HERE = Path(__file__).parent
+HARNESSES = HERE / "harnesses"
+POLICY = (HERE / "policy.md").read_text()
+
+REFERENCE_TRAINER = {"method": "full", "lr": 3e-3, "epochs": 4, "batch_size": 32, "lr_schedule": "cosine",
+                     "max_length": 384}  # fmt: skip
+REFERENCE_DEMOS = 400
+# A whole conversation is one SFT row (up to ~300 tokens): the tiny model's window and the
+# trainer's max_length are raised to this for tau, whatever the model/trainer config says.
+MIN_POSITIONS = 384
+
+WORKSPACE_README = """# Workspace of the agent system (tau: retail customer service with tools)
+
+- data/trajectories.jsonl  demonstration conversations {"task_id", "trial", "messages", "reward"}
+  (OpenAI-style messages). data/train.jsonl  SFT rows {"prompt", "completion"} rendered from them;
+  the trainer reads only train.jsonl, so re-render after changing trajectories.
+- trainer/config.json  settings of vtb.engine.sft (see the math README for the fields).
+- harness/harness.py  the agent: speaks the JSON-lines protocol (vtb/protocol.py); each message
+  carries the conversation so far, start messages also the tool schemas and the policy. It answers
+  with {"type": "tool_call", "name", "arguments"} or {"type": "message", "content"}.
+  The model is at $VTB_MODEL_DIR. Prompt format and parsing: vtb/domains/tau/prompting.py.
+- /data/pool.jsonl  train tasks (tau-bench Task schema, with gold actions); /data/db.json the retail
+  database; /data/policy.md; /data/tools.json; /data/val.jsonl  val task ids and templates only.
+- Data tools: python -m vtb.domains.tau.datatools {demos,check,clean,sft} --help
+"""
+
+
+class TauDomain:
+    name = "tau"
+
+    # --- provisioning -----------------------------------------------------------------------
+    def provision(self, task: TaskConfig, out: Path) -> dict:
+        if task.source == "embedded":
+            db = dbgen.make_db(task.data_seed, task.n_users)
+            taken: set = set()
+            test = tasks.make_tasks(db, task.data_seed + 1, task.n_test, "test", taken)
+            val = tasks.make_tasks(db, task.data_seed + 2, task.n_val, "val", taken)
+            pool = tasks.make_tasks(db, task.data_seed + 3, task.n_pool, "train", taken)
+            policy = POLICY
+        else:
+            test, val, pool, db, policy = _real_splits(task)
+        research, hidden = out / "research", out / "hidden"
+        research.mkdir(parents=True)
+        hidden.mkdir(parents=True)
+        (research / "db.json").write_text(json.dumps(db))
+        (research / "policy.md").write_text(policy)
+        (research / "tools.json").write_text(json.dumps(tools.TOOL_SCHEMAS, indent=1))
+        write_jsonl(research / "pool.jsonl", pool)
+        write_jsonl(research / "val.jsonl", [{"id": t["id"], "template": t.get("template")} for t in val])
+        write_jsonl(hidden / "val.jsonl", val)
+        write_jsonl(hidden / "test.jsonl", test)
+        return {"pool": len(pool), "val": len(val), "test": len(test), "users": len(db["users"]),
+                "orders": len(db["orders"])}  # fmt: skip
+
+    def split(self, data_dir: Path, name: str) -> list[dict]:
+        if name == "pool":
+            return read_jsonl(data_dir / "research" / "pool.jsonl")
+        return read_jsonl(data_dir / "hidden" / f"{name}.jsonl")
+
+    def db(self, data_dir: Path) -> dict:
+        return json.loads((data_dir / "research" / "db.json").read_text())
+
+    # --- the tiny base model ----------------------------------------------------------------
+    def tokenizer_spec(self, task: TaskConfig, data_dir: Path) -> dict:
+        """Every piece of the database, tool schemas, policy and the simulator/expert/format texts."""
+        corpus = [json.dumps(self.db(data_dir)), json.dumps(tools.TOOL_SCHEMAS), POLICY]
+        corpus += [inspect.getsource(m) for m in (tools, user, expert, prompting, env)]
+        corpus += ["user: agent: tool: respond content 00 01 02 03 04 05 06 07 08 09"]
+        return {"words": corpus, "number_max": 999, "mode": "ids", "min_positions": MIN_POSITIONS}
+
+    def pretraining_texts(self, task: TaskConfig, data_dir: Path, n: int, seed: int) -> list[str]:
+        """Plain text a base model could have read: customers' requests next to the shop's records.
+
+        Each text is a train-task request followed by the records it is about, so the base model
+        has seen ids recur within a text (what copying them later needs), but never an agent turn
+        or the action format: those come only from the system's training data. Val/test requests
+        are left out.
+        """
+        rng = random.Random(seed)
+        db = self.db(data_dir)
+        sim = user.ScriptedUser()
+        pool = self.split(data_dir, "pool")
+        texts = []
+        for i in range(n):
+            t = pool[i % len(pool)]
+            u = db["users"][t["user_id"]]
+            lines = [sim.reset(t, rng.randrange(1000)),
+                     f"{u['name']['first_name']} {u['name']['last_name']} {u['address']['zip']} {u['email']} {u['user_id']}"]  # fmt: skip
+            order = db["orders"].get(t["user"].get("order_id", ""))
+            if order:
+                lines.append(prompting.compact("", json.dumps(order)))
+                product = db["products"][rng.choice(order["items"])["product_id"]]
+                lines.append(prompting.compact("", json.dumps(product)))
+            lines.append(prompting.compact("", json.dumps(u)))
+            texts.append("\n".join(lines))
+        return texts
+
+    # --- systems ----------------------------------------------------------------------------
+    def write_initial_system(
+        self, ws: Path, task: TaskConfig, trainer: TrainerConfig, data_dir: Path
+    ) -> None:
+        """A few demonstrations, some flawed; the configured trainer; the plain harness."""
+        pool = self.split(data_dir, "pool")
+        demos = datatools.make_demos(pool, self.db(data_dir), task.initial_data_size, seed=task.data_seed,
+                                     flawed=task.initial_noise)  # fmt: skip
+        self._write(
+            ws, demos, trainer_dict(trainer) | {"max_length": max(trainer.max_length, MIN_POSITIONS)}, "plain"
+        )
+
+    def write_reference_system(self, ws: Path, task: TaskConfig, data_dir: Path) -> None:
+        pool = self.split(data_dir, "pool")
+        demos = datatools.make_demos(pool, self.db(data_dir), REFERENCE_DEMOS, seed=task.data_seed + 1)
+        self._write(ws, demos, REFERENCE_TRAINER, "repair")
+
+    def _write(self, ws: Path, demos: list[dict], trainer: dict, harness: str) -> None:
+        write_jsonl(ws / "data" / "trajectories.jsonl", demos)
+        write_jsonl(ws / "data" / "train.jsonl", datatools.sft_rows(demos))
+        (ws / "trainer").mkdir(parents=True, exist_ok=True)
+        (ws / "trainer" / "config.json").write_text(json.dumps(trainer, indent=2) + "\n")
+        shutil.copytree(HARNESSES / harness, ws / "harness", dirs_exist_ok=True)
+        (ws / "README.md").write_text(WORKSPACE_README)
+
+    # --- episodes and scores ----------------------------------------------------------------
+    def episodes(self, data_dir: Path, split: str, task: TaskConfig) -> list[TauEpisode]:
+        db = self.db(data_dir)
+        policy = (data_dir / "research" / "policy.md").read_text()
+        trials = task.trials if split == "test" else task.val_trials
+        out = []
+        for t in self.split(data_dir, split):
+            gold = tools.hash_db(tasks.replay(db, t["actions"]))
+            for trial in range(trials):
+                out.append(
+                    TauEpisode(t, trial, db, gold, make_user(task), policy, task.max_steps_per_episode)
+                )
+        return out
+
+    def metrics(self, episodes: list[TauEpisode], task: TaskConfig) -> dict:
+        by_task: dict[str, list[bool]] = {}
+        by_template: dict[str, list[float]] = {}
+        for ep in episodes:
+            r = ep.reward()
+            by_task.setdefault(ep.task["id"], []).append(r >= 1.0)
+            by_template.setdefault(ep.task.get("template", "?"), []).append(r)
+        trials = min((len(v) for v in by_task.values()), default=0)
+        out = {f"pass^{k}": round(pass_hat_k(by_task, k), 4) for k in range(1, min(trials, task.pass_k) + 1)}
+        out["by_template"] = {k: round(sum(v) / len(v), 3) for k, v in sorted(by_template.items())}
+        out["finished"] = sum(ep.finished for ep in episodes)
+        out["timeouts"] = sum(ep.timeout for ep in episodes)
+        out["harness_failures"] = sum(ep.failure is not None for ep in episodes)
+        return out
+
+
+def make_user(task: TaskConfig):
+    if task.user == "scripted":
+        return user.ScriptedUser()
+    if task.user == "llm":
+        from vtb.domains.tau.llm_user import LLMUser
+
+        if not (task.user_base_url and task.user_model):
+            raise ValueError(
+                "task.user=llm needs task.user_base_url=<OpenAI-compatible URL> and task.user_model=<name>"
+            )
+        return _InstructionUser(LLMUser(task.user_base_url, task.user_model))
+    raise ValueError(f"task.user={task.user!r} is not one of scripted, llm")
+
+
+class _InstructionUser:
+    """Adapts the LLM simulator (reset(instruction)) to the episode's reset(task, trial)."""
+
+    def __init__(self, llm):
+        self.llm = llm
+
+    def reset(self, task: dict, trial: int = 0) -> str:
+        return self.llm.reset(task["instruction"])
+
+    def step(self, message: str) -> str:
+        return self.llm.step(message)
+
+
+def _real_splits(task: TaskConfig):
+    from vtb.domains.tau import loaders
+
+    if not task.path:
+        raise ValueError(
+            f"task.source={task.source} needs task.path=<local tau-bench or tau2-bench checkout>"
+        )
+    if task.user != "llm":
+        raise ValueError(
+            f"task.source={task.source}: real tasks have no scripted-user facts; set task.user=llm "
+            "task.user_base_url=... task.user_model=..."
+        )
+    db, records, policy = loaders.load(task.source, task.path, "test")
+    random.Random(task.data_seed).shuffle(records)
+    test, val = records[: task.n_test], records[task.n_test : task.n_test + task.n_val]
+    return test, val, records[task.n_test + task.n_val :], db, policy

@@ -1,0 +1,112 @@
+"""A scripted expert that follows a task's gold actions the way the policy asks.
+
+It authenticates with whatever identity the user gave, makes the gold reads, asks for an
+explicit confirmation before the write, writes, and closes; for information tasks it states
+the expected outputs. Used for demonstration trajectories of TRAIN tasks (the data tools) and
+by the test-only oracle harness; it never runs on val/test tasks inside the pipeline.
+`flaw` makes a plausible-looking but wrong demonstration (for the initial, partly flawed data).
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+
+from vtb.domains.tau.tools import WRITE_TOOLS
+
+FLAWS = ["wrong_id", "skip_write", "wrong_tool"]
+VERBS = {
+    "cancel_pending_order": "cancel",
+    "modify_pending_order_payment": "change payment of",
+    "return_delivered_order_items": "return items of",
+    "exchange_delivered_order_items": "exchange items of",
+    "modify_pending_order_items": "change items of",
+    "modify_user_address": "change address of",
+    "modify_pending_order_address": "change address of",
+}
+
+
+def _call(name: str, kwargs: dict) -> dict:
+    return {"type": "tool_call", "name": name, "arguments": kwargs}
+
+
+def _say(text: str) -> dict:
+    return {"type": "message", "content": text}
+
+
+def plan(
+    task: dict, first_message: str, flaw: str | None = None, rng: random.Random | None = None
+) -> list[dict]:
+    """The expert's actions for an episode whose user opened with `first_message`."""
+    facts = task["user"]
+    if facts["email"] in first_message:
+        identify = _call("find_user_id_by_email", {"email": facts["email"]})
+    else:
+        identify = _call("find_user_id_by_name_zip", {"first_name": facts["first_name"],
+                                                      "last_name": facts["last_name"], "zip": facts["zip"]})  # fmt: skip
+    gold = task["actions"][1:]  # the first gold action is the identity lookup
+    reads = [_call(a["name"], a["kwargs"]) for a in gold if a["name"] not in WRITE_TOOLS]
+    writes = [_call(a["name"], copy.deepcopy(a["kwargs"])) for a in gold if a["name"] in WRITE_TOOLS]
+    actions = [identify, *reads]
+    if not writes:
+        target = facts.get("order_id", "")
+        answer = ", ".join(task.get("outputs", []))
+        if flaw:  # a confidently wrong answer
+            answer = "processed" if answer != "processed" else "pending"
+        return [*actions, _say(f"Order {target} is {answer}.")]
+    write = writes[0]
+    if flaw:
+        write = _flawed(write, flaw, rng or random.Random(0))
+    target = write["arguments"].get("order_id") or write["arguments"].get("user_id")
+    confirm = _say(f"Confirm: {VERBS.get(write['name'], write['name'])} {target}? (yes/no)")
+    done = _say("Done.")
+    if flaw == "skip_write":
+        return [*actions, confirm, done]
+    return [*actions, confirm, write, done]
+
+
+def _flawed(write: dict, flaw: str, rng: random.Random) -> dict:
+    args = write["arguments"]
+    if flaw == "wrong_id":
+        for key in ("item_ids", "new_item_ids", "payment_method_id", "order_id", "zip", "address1"):
+            if key in args:
+                value = args[key]
+                if isinstance(value, list):
+                    args[key] = [v[:-1] + str((int(v[-1]) + 1) % 10) for v in value]
+                else:
+                    args[key] = (
+                        value[:-1] + str((int(value[-1]) + 1) % 10) if value[-1].isdigit() else value + "0"
+                    )
+                break
+        if "reason" in args:
+            args["reason"] = (
+                "ordered by mistake" if args["reason"] == "no longer needed" else "no longer needed"
+            )
+    elif flaw == "wrong_tool":
+        swaps = {"cancel_pending_order": "modify_pending_order_address",
+                 "return_delivered_order_items": "exchange_delivered_order_items",
+                 "exchange_delivered_order_items": "return_delivered_order_items",
+                 "modify_pending_order_items": "cancel_pending_order"}  # fmt: skip
+        if write["name"] not in swaps:
+            return _flawed(write, "wrong_id", rng)
+        write["name"] = swaps[write["name"]]
+    return write
+
+
+class Expert:
+    """Plays one episode from its plan: call `act(messages)` once per agent turn."""
+
+    def __init__(self, task: dict, flaw: str | None = None, seed: int = 0):
+        self.task, self.flaw, self.seed = task, flaw, seed
+        self.actions: list[dict] | None = None
+        self.turn = 0
+
+    def act(self, messages: list[dict]) -> dict:
+        if self.actions is None:
+            first = next(m["content"] for m in messages if m["role"] == "user")
+            self.actions = plan(self.task, first, self.flaw, random.Random(self.seed))
+        if self.turn >= len(self.actions):
+            return _say("Goodbye.")
+        action = self.actions[self.turn]
+        self.turn += 1
+        return action

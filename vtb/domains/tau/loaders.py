@@ -1,0 +1,262 @@
+"""Loaders for the real tau-bench and tau2-bench data from a local checkout.
+
+Both return (db, tasks, policy) in one internal schema, tau-bench's: a task is
+{"id", "user_id", "instruction", "actions": [{"name", "kwargs"}], "outputs"} and the retail db is
+{"users", "orders", "products"} keyed by id. tau-bench keeps its tasks as Python source
+(`TASKS_TEST = [Task(...), ...]`); that file is data from disk, so it is read with `ast` and only
+Task(...)/Action(...) calls over literal values are accepted -- nothing in it is ever executed.
+Errors name the file and the expected layout, because a half-loaded task set would quietly
+change what the benchmark measures.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+RETAIL_TABLES = ("users", "orders", "products")
+TAU_BENCH_LAYOUT = (
+    "a tau-bench checkout: <root>/tau_bench/envs/<env>/{data/users.json, data/orders.json, "
+    "data/products.json, wiki.md, tasks_<split>.py or tasks_<split>.json}; root may also be the env folder"
+)
+TAU2_LAYOUT = (
+    "a tau2-bench checkout: <root>/data/tau2/domains/<domain>/{db.json, tasks.json, policy.md, "
+    "optional split_tasks.json}; root may also be the domain folder"
+)
+_CALLS = ("Task", "Action")
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
+
+
+def _require(path: Path, layout: str) -> Path:
+    if not path.is_file():
+        raise ValueError(f"missing file {path} (expected {layout})")
+    return path
+
+
+def _check_db(db: Any, path: Path, env: str) -> dict:
+    if not isinstance(db, dict):
+        raise ValueError(f"{path}: the db must be a JSON object of tables, got {type(db).__name__}")
+    if env == "retail":
+        for table in RETAIL_TABLES:
+            if not isinstance(db.get(table), dict):
+                raise ValueError(f"{path}: retail db needs a {table!r} table, an object keyed by id")
+    return db
+
+
+def _task(raw: Any, task_id: str, where: str) -> dict:
+    """Normalise one tau-bench task dict (from JSON or a parsed Task call) to the internal schema."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: task {task_id} is not a Task(...) call or an object")
+    if not isinstance(raw.get("instruction"), str):
+        raise ValueError(f"{where}: task {task_id} has no string 'instruction'")
+    if "actions" not in raw:
+        raise ValueError(
+            f"{where}: task {task_id} has no 'actions'; add actions=[Action(name=..., kwargs={{...}})]"
+        )
+    actions = []
+    for action in raw["actions"] or []:
+        kwargs = action.get("kwargs", action.get("arguments", {})) if isinstance(action, dict) else None
+        if not isinstance(kwargs, dict) or not isinstance(action.get("name"), str):
+            raise ValueError(f"{where}: task {task_id} has an action without a name and a kwargs object")
+        actions.append({"name": action["name"], "kwargs": kwargs})
+    extra = {k: v for k, v in raw.items() if k not in ("user_id", "instruction", "actions", "outputs")}
+    return {
+        **extra,
+        "id": task_id,
+        "user_id": str(raw.get("user_id") or ""),
+        "instruction": raw["instruction"],
+        "actions": actions,
+        "outputs": [str(o) for o in raw.get("outputs") or []],
+    }
+
+
+def _literal(node: ast.AST, path: Path) -> Any:
+    """Evaluate a literal expression, allowing Task(...)/Action(...) calls with keyword arguments."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.List | ast.Tuple):
+        return [_literal(e, path) for e in node.elts]
+    if isinstance(node, ast.Dict) and None not in node.keys:
+        return {_literal(k, path): _literal(v, path) for k, v in zip(node.keys, node.values, strict=True)}
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        value = _literal(node.operand, path)
+        if isinstance(value, int | float):
+            return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _CALLS:
+        if node.args or any(k.arg is None for k in node.keywords):
+            raise ValueError(f"{path}:{node.lineno}: {node.func.id}(...) must use plain keyword arguments")
+        return {k.arg: _literal(k.value, path) for k in node.keywords}
+    snippet = ast.unparse(node)[:80]
+    raise ValueError(
+        f"{path}:{node.lineno}: {snippet!r} is not a literal; a tasks file may only hold "
+        "Task(...)/Action(...) calls with literal keyword values (it is parsed, never executed)"
+    )
+
+
+def _tasks_from_python(path: Path, split: str) -> list[Any]:
+    try:
+        module = ast.parse(path.read_text(), filename=str(path))
+    except SyntaxError as err:
+        raise ValueError(f"{path}:{err.lineno}: not valid Python ({err.msg})") from None
+    lists = {}
+    for stmt in module.body:
+        target = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
+        if isinstance(stmt, ast.AnnAssign):
+            target = stmt.target
+        if isinstance(target, ast.Name) and isinstance(stmt.value, ast.List):
+            lists[target.id] = stmt.value
+    wanted = f"TASKS_{split.upper()}"
+    candidates = [n for n in lists if n.upper().startswith("TASKS")]
+    name = wanted if wanted in lists else (candidates[0] if len(candidates) == 1 else None)
+    if name is None:
+        raise ValueError(f"{path}: expected a top-level list `{wanted} = [Task(...), ...]`")
+    return _literal(lists[name], path)
+
+
+def _tau_bench_env_dir(root: Path, env: str) -> Path:
+    for candidate in (root / "tau_bench" / "envs" / env, root / "envs" / env, root):
+        if (candidate / "data").is_dir():
+            return candidate
+    raise ValueError(f"{root}: no tau-bench env {env!r} found (expected {TAU_BENCH_LAYOUT})")
+
+
+def load_tau_bench(root: Path, env: str = "retail", split: str = "test") -> tuple[dict, list[dict], str]:
+    """(db, tasks, policy) from a tau-bench checkout; task ids are f"{split}-{index:04d}"."""
+    env_dir = _tau_bench_env_dir(Path(root), env)
+    data = env_dir / "data"
+    if env == "retail":
+        db = {t: _read_json(_require(data / f"{t}.json", TAU_BENCH_LAYOUT)) for t in RETAIL_TABLES}
+    else:
+        db = {p.stem: _read_json(p) for p in sorted(data.glob("*.json"))}
+    _check_db(db, data, env)
+    policy = _require(env_dir / "wiki.md", TAU_BENCH_LAYOUT).read_text()
+
+    json_file, py_file = env_dir / f"tasks_{split}.json", env_dir / f"tasks_{split}.py"
+    if json_file.is_file():
+        source, raw = json_file, _read_json(json_file)
+    elif py_file.is_file():
+        source, raw = py_file, _tasks_from_python(py_file, split)
+    else:
+        found = sorted(p.name for p in env_dir.glob("tasks_*.*"))
+        raise ValueError(f"no tasks for split {split!r}: {py_file} not found (task files there: {found})")
+    if not isinstance(raw, list) or not raw:
+        raise ValueError(f"{source}: expected a non-empty list of tasks")
+    tasks = [_task(t, f"{split}-{i:04d}", str(source)) for i, t in enumerate(raw)]
+    return db, tasks, policy
+
+
+def _render_instructions(scenario: dict) -> str:
+    """Readable user instruction from a tau2 user_scenario (structured instructions or plain text)."""
+    instructions = scenario.get("instructions")
+    parts = [("Persona", scenario.get("persona"))]
+    if isinstance(instructions, dict):
+        parts += [
+            ("Reason for call", instructions.get("reason_for_call")),
+            ("Known info", instructions.get("known_info")),
+            ("Unknown info", instructions.get("unknown_info")),
+            ("Task instructions", instructions.get("task_instructions")),
+        ]
+    else:
+        parts.append(("Instructions", instructions))
+    return "\n".join(
+        f"{label}: {text.strip()}" for label, text in parts if isinstance(text, str) and text.strip(" .")
+    )
+
+
+def _tau2_user_id(scenario: dict, instruction: str, actions: list[dict], users: dict) -> str:
+    """The user id named in the scenario, else a db user id in its text, else one in the actions."""
+    instructions = scenario.get("instructions")
+    for holder in (scenario, instructions if isinstance(instructions, dict) else {}):
+        if isinstance(holder.get("user_id"), str):
+            return holder["user_id"]
+    for word in re.findall(r"\b[a-z][a-z0-9_]*_\d+\b", instruction):
+        if word in users:
+            return word
+    for action in actions:
+        if isinstance(action["kwargs"].get("user_id"), str):
+            return action["kwargs"]["user_id"]
+    return ""
+
+
+def _tau2_task(raw: Any, index: int, path: Path, users: dict) -> dict:
+    if not isinstance(raw, dict) or raw.get("id") is None:
+        raise ValueError(f"{path}: task #{index} is not an object with an 'id'")
+    task_id = str(raw["id"])
+    scenario = raw.get("user_scenario")
+    if not isinstance(scenario, dict) or not scenario.get("instructions"):
+        raise ValueError(f"{path}: task {task_id} has no user_scenario.instructions")
+    criteria = raw.get("evaluation_criteria")
+    if not isinstance(criteria, dict) or "actions" not in criteria:
+        raise ValueError(f"{path}: task {task_id} has no evaluation_criteria.actions")
+    instruction = _render_instructions(scenario)
+    actions = []
+    for action in criteria["actions"] or []:
+        if not isinstance(action, dict) or not isinstance(action.get("name"), str):
+            raise ValueError(f"{path}: task {task_id} has an action without a name")
+        actions.append({"name": action["name"], "kwargs": action.get("arguments") or {}})
+    task = {
+        "id": task_id,
+        "user_id": _tau2_user_id(scenario, instruction, actions, users),
+        "instruction": instruction,
+        "actions": actions,
+        "outputs": [str(o) for o in criteria.get("communicate_info") or []],
+    }
+    for key in ("nl_assertions", "reward_basis"):
+        if criteria.get(key) is not None:
+            task[key] = criteria[key]
+    return task
+
+
+def load_tau2(root: Path, domain: str = "retail", split: str = "test") -> tuple[dict, list[dict], str]:
+    """(db, tasks, policy) from a tau2-bench checkout, restricted to `split` when split_tasks.json exists."""
+    root = Path(root)
+    domain_dir = next(
+        (d for d in (root / "data" / "tau2" / "domains" / domain, root) if (d / "tasks.json").is_file()), None
+    )
+    if domain_dir is None:
+        raise ValueError(f"{root}: no tau2 domain {domain!r} found (expected {TAU2_LAYOUT})")
+    db_json, db_toml = domain_dir / "db.json", domain_dir / "db.toml"
+    if db_json.is_file():
+        db_path, db = db_json, _read_json(db_json)
+    elif db_toml.is_file():
+        db_path, db = db_toml, tomllib.loads(db_toml.read_text())
+    else:
+        raise ValueError(f"missing file {db_json} (expected {TAU2_LAYOUT})")
+    _check_db(db, db_path, domain)
+    policy = _require(domain_dir / "policy.md", TAU2_LAYOUT).read_text()
+
+    tasks_path = domain_dir / "tasks.json"
+    raw = _read_json(tasks_path)
+    if not isinstance(raw, list) or not raw:
+        raise ValueError(f"{tasks_path}: expected a non-empty JSON list of tau2 tasks")
+    tasks = [_tau2_task(t, i, tasks_path, db.get("users") or {}) for i, t in enumerate(raw)]
+
+    split_path = domain_dir / "split_tasks.json"
+    if split_path.is_file():
+        splits = _read_json(split_path)
+        if not isinstance(splits, dict):
+            raise ValueError(f"{split_path}: expected an object mapping split names to task id lists")
+        if split not in splits:
+            raise ValueError(f"{split_path}: unknown split {split!r}; available splits: {sorted(splits)}")
+        keep = {str(i) for i in splits[split]}
+        tasks = [t for t in tasks if t["id"] in keep]
+    return db, tasks, policy
+
+
+def load(source: str, path: str | Path, split: str) -> tuple[dict, list[dict], str]:
+    """Dispatch on source: "tau_bench" (env retail) or "tau2" (domain retail)."""
+    if source == "tau_bench":
+        return load_tau_bench(Path(path), split=split)
+    if source == "tau2":
+        return load_tau2(Path(path), split=split)
+    raise ValueError(f"unknown tau data source {source!r}; use 'tau_bench' or 'tau2'")

@@ -1,0 +1,136 @@
+"""How tau conversations become model text, and model text becomes protocol actions.
+
+Shared by the harnesses (prompt building, parsing) and the data tools (SFT rows), so a
+trajectory trains the model in exactly the format a harness will prompt it with. The model
+writes one ReAct-style action per turn: `<tool name> <JSON arguments>` or `respond {"content": ...}`.
+Tool results are compacted to the facts an agent needs (ids, statuses, options): a small
+model's context window cannot hold tau-bench's full JSON records.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+RESPOND = "respond"
+WRITES = ("cancel_pending_order", "modify_pending_order_address", "modify_pending_order_items",
+          "modify_pending_order_payment", "modify_user_address", "return_delivered_order_items",
+          "exchange_delivered_order_items")  # fmt: skip
+
+
+def _j(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def compact(name: str, content: str) -> str:
+    """A short rendering of a tool result (errors and plain strings pass through)."""
+    try:
+        data = json.loads(content)
+    except (json.JSONDecodeError, TypeError):
+        return str(content)[:160]
+    if not isinstance(data, dict):
+        return str(content)[:160]
+    if name in WRITES:  # the agent knows what it changed: the new status is the news
+        if "order_id" in data:
+            return f"order {data['order_id']} {data.get('status')}"
+        return f"user {data.get('user_id')} updated"
+    if "order_id" in data and "items" in data:
+        items = "; ".join(
+            f"{i['name']} {i['item_id']} product {i['product_id']} {' '.join(map(str, i.get('options', {}).values()))}"
+            for i in data["items"]
+        )
+        paid = (data.get("payment_history") or [{}])[0].get("payment_method_id", "")
+        return f"order {data['order_id']} {data.get('status')}: {items}; paid {paid}"
+    if "user_id" in data and "payment_methods" in data:
+        methods = ", ".join(sorted(data["payment_methods"]))
+        return f"user {data['user_id']} payment: {methods}"
+    if "variants" in data:
+        variants = "; ".join(
+            f"{v['item_id']} {' '.join(map(str, v.get('options', {}).values()))}"
+            for v in data["variants"].values()
+            if v.get("available")
+        )
+        return f"{data.get('name')} available: {variants}"
+    return _j(data)[:160]
+
+
+def render(messages: list[dict]) -> str:
+    """The conversation as lines: `user: ...`, `agent: <action>`, `tool: <compact result>`."""
+    lines = []
+    for m in messages:
+        if m["role"] == "user":
+            lines.append(f"user: {m['content']}")
+        elif m["role"] == "assistant":
+            lines.append(f"agent: {action_text(message_action(m))}")
+        elif m["role"] == "tool":
+            lines.append(f"tool: {compact(m.get('name', ''), m['content'])}")
+    return "\n".join(lines)
+
+
+def prompt(messages: list[dict]) -> str:
+    return render(messages) + "\nagent:"
+
+
+def message_action(m: dict) -> dict:
+    """The protocol action an assistant message records."""
+    calls = m.get("tool_calls")
+    if calls:
+        fn = calls[0]["function"]
+        try:
+            arguments = json.loads(fn["arguments"])
+        except (json.JSONDecodeError, TypeError):
+            arguments = fn["arguments"]
+        return {"type": "tool_call", "name": fn["name"], "arguments": arguments}
+    return {"type": "message", "content": m.get("content") or ""}
+
+
+def action_text(action: dict) -> str:
+    if action.get("type") == "tool_call":
+        return f"{action['name']} {_j(action.get('arguments', {}))}"
+    return f"{RESPOND} {_j({'content': action.get('content', '')})}"
+
+
+def despace(text: str) -> str:
+    """Undo a word-level tokenizer's decoding (`# W885 , " a "`): no space around punctuation."""
+    return re.sub(r"\s*([^\w\s])\s*", r"\1", text).strip()
+
+
+def parse(text: str, spaced: bool = False) -> dict:
+    """The action in a model completion (first line); raises ValueError when it is not one.
+
+    spaced: the text comes from a tokenizer whose decoding puts spaces between all tokens
+    (Engine.spaced); they are taken out around punctuation first.
+    """
+    line = text.strip().split("\n", 1)[0].strip()
+    line = despace(line) if spaced else line
+    match = re.match(r"([A-Za-z_]\w*)\s*(.*)", line)
+    if not match:
+        raise ValueError("no action name")
+    name, rest = match.groups()
+    try:
+        arguments = json.loads(rest)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"arguments are not JSON: {e}") from None
+    if not isinstance(arguments, dict):
+        raise ValueError("arguments are not a JSON object")
+    if name == RESPOND:
+        if not isinstance(arguments.get("content"), str):
+            raise ValueError('respond needs {"content": str}')
+        return {"type": "message", "content": arguments["content"]}
+    return {"type": "tool_call", "name": name, "arguments": arguments}
+
+
+def sft_rows(messages: list[dict]) -> list[dict]:
+    """One multi-turn SFT row per conversation: loss on every agent turn (and the newline ending it).
+
+    Each agent turn sees exactly the text `prompt(messages[:i])` a harness would send the model.
+    """
+    segments: list[list] = []
+    context = ""
+    for i, m in enumerate(messages):
+        if m["role"] == "assistant":
+            segments.append([prompt(messages[:i])[len(context) :], False])
+            turn = " " + action_text(message_action(m)) + "\n"
+            segments.append([turn, True])
+            context = prompt(messages[:i]) + turn
+    return [{"segments": segments}] if segments else []

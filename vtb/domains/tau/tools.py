@@ -1,0 +1,504 @@
+"""The tau-bench retail tools, over an in-memory database dict.
+
+Why: tau-bench scores a conversation by comparing the final database with the one the ground-truth
+actions produce, so these tools keep tau-bench's names, arguments, error messages and in-place
+mutations. Each tool validates everything before it mutates, so a failed write leaves the db as it
+was. `call_tool` is the one entry point for an agent loop: it checks the arguments against
+`TOOL_SCHEMAS` and turns every failure into "Error: ..." text instead of raising.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import operator
+from collections.abc import Callable
+
+CANCEL_REASONS = ("no longer needed", "ordered by mistake")
+
+
+class ToolError(Exception):
+    """A domain error; `call_tool` reports it as "Error: <message>"."""
+
+
+# --- lookups -------------------------------------------------------------------------------------
+
+
+def _user(db: dict, user_id: str) -> dict:
+    if user_id not in db["users"]:
+        raise ToolError("user not found")
+    return db["users"][user_id]
+
+
+def _order(db: dict, order_id: str, status: str, verb: str) -> dict:
+    """The order, which must have `status` (else "non-<status> order cannot be <verb>")."""
+    if order_id not in db["orders"]:
+        raise ToolError("order not found")
+    order = db["orders"][order_id]
+    if order["status"] != status:
+        raise ToolError(f"non-{status} order cannot be {verb}")
+    return order
+
+
+def _payment_method(db: dict, order: dict, payment_method_id: str) -> dict:
+    methods = db["users"][order["user_id"]]["payment_methods"]
+    if payment_method_id not in methods:
+        raise ToolError("payment method not found")
+    return methods[payment_method_id]
+
+
+def _missing_item(order: dict, item_ids: list[str]) -> str | None:
+    """The first id asked for more often than the order holds it (lists may repeat ids)."""
+    held = [item["item_id"] for item in order["items"]]
+    return next((i for i in item_ids if item_ids.count(i) > held.count(i)), None)
+
+
+def _first_item(order: dict, item_id: str) -> dict:
+    return next(item for item in order["items"] if item["item_id"] == item_id)
+
+
+def _swap_price_difference(db: dict, order: dict, item_ids: list[str], new_item_ids: list[str]) -> float:
+    """Check each old item maps to an available variant of the same product; return new - old total."""
+    if len(item_ids) != len(new_item_ids):
+        raise ToolError("the number of items to be exchanged should match")
+    diff = 0
+    for item_id, new_item_id in zip(item_ids, new_item_ids, strict=True):
+        item = _first_item(order, item_id)
+        variant = db["products"][item["product_id"]]["variants"].get(new_item_id)
+        if variant is None or not variant["available"]:
+            raise ToolError(f"new item {new_item_id} not found or available")
+        diff += variant["price"] - item["price"]
+    return diff
+
+
+def _address(address1: str, address2: str, city: str, state: str, country: str, zip: str) -> dict:
+    return {
+        "address1": address1,
+        "address2": address2,
+        "city": city,
+        "state": state,
+        "country": country,
+        "zip": zip,
+    }
+
+
+# --- read tools ----------------------------------------------------------------------------------
+
+
+def find_user_id_by_email(db: dict, email: str) -> str:
+    for user_id, user in db["users"].items():
+        if user["email"].lower() == email.lower():
+            return user_id
+    raise ToolError("user not found")
+
+
+def find_user_id_by_name_zip(db: dict, first_name: str, last_name: str, zip: str) -> str:
+    for user_id, user in db["users"].items():
+        name = user["name"]
+        if (
+            name["first_name"].lower() == first_name.lower()
+            and name["last_name"].lower() == last_name.lower()
+            and user["address"]["zip"] == zip
+        ):
+            return user_id
+    raise ToolError("user not found")
+
+
+def get_user_details(db: dict, user_id: str) -> str:
+    return json.dumps(_user(db, user_id))
+
+
+def get_order_details(db: dict, order_id: str) -> str:
+    if order_id not in db["orders"]:
+        raise ToolError("order not found")
+    return json.dumps(db["orders"][order_id])
+
+
+def get_product_details(db: dict, product_id: str) -> str:
+    if product_id not in db["products"]:
+        raise ToolError("product not found")
+    return json.dumps(db["products"][product_id])
+
+
+def list_all_product_types(db: dict) -> str:
+    by_name = {product["name"]: product["product_id"] for product in db["products"].values()}
+    return json.dumps(dict(sorted(by_name.items())))
+
+
+_BINARY_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+}
+
+
+def _evaluate(node: ast.AST) -> float:
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        value = _evaluate(node.operand)
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+        # In floats, so that a huge power overflows at once instead of building a giant integer.
+        value = float(_evaluate(node.left)) ** float(_evaluate(node.right))
+        if isinstance(value, complex):
+            raise ToolError("complex result")
+        return value
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY_OPS:
+        return _BINARY_OPS[type(node.op)](_evaluate(node.left), _evaluate(node.right))
+    raise ToolError("unsupported expression")
+
+
+def calculate(db: dict, expression: str) -> str:
+    """Arithmetic over digits, + - * / ( ) . and spaces, rounded to 2 places; no `eval`."""
+    if not all(char in "0123456789+-*/(). " for char in expression):
+        raise ToolError("invalid characters in expression")
+    try:
+        return str(round(float(_evaluate(ast.parse(expression, "<string>", "eval").body)), 2))
+    except (SyntaxError, ArithmeticError) as e:
+        raise ToolError(str(e)) from None
+
+
+def transfer_to_human_agents(db: dict, summary: str) -> str:
+    return "Transfer successful"
+
+
+# --- write tools ---------------------------------------------------------------------------------
+
+
+def cancel_pending_order(db: dict, order_id: str, reason: str) -> str:
+    order = _order(db, order_id, "pending", "cancelled")
+    if reason not in CANCEL_REASONS:
+        raise ToolError("invalid reason")
+    # Like tau-bench, every payment_history entry is refunded; gift cards are credited at once.
+    refunds = [
+        {"transaction_type": "refund", "amount": p["amount"], "payment_method_id": p["payment_method_id"]}
+        for p in order["payment_history"]
+    ]
+    methods = db["users"][order["user_id"]]["payment_methods"]
+    credits = [
+        (methods[r["payment_method_id"]], r["amount"])
+        for r in refunds
+        if "gift_card" in r["payment_method_id"]
+    ]
+    for card, amount in credits:
+        card["balance"] = round(card["balance"] + amount, 2)
+    order["status"] = "cancelled"
+    order["cancel_reason"] = reason
+    order["payment_history"].extend(refunds)
+    return json.dumps(order)
+
+
+def modify_pending_order_address(
+    db: dict, order_id: str, address1: str, address2: str, city: str, state: str, country: str, zip: str
+) -> str:
+    order = _order(db, order_id, "pending", "modified")
+    order["address"] = _address(address1, address2, city, state, country, zip)
+    return json.dumps(order)
+
+
+def modify_pending_order_items(
+    db: dict, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
+) -> str:
+    order = _order(db, order_id, "pending", "modified")
+    missing = _missing_item(order, item_ids)
+    if missing is not None:
+        raise ToolError(f"{missing} not found")
+    diff = _swap_price_difference(db, order, item_ids, new_item_ids)
+    method = _payment_method(db, order, payment_method_id)
+    if method["source"] == "gift_card" and method["balance"] < diff:
+        raise ToolError("insufficient gift card balance to pay for the new item")
+
+    # tau-bench records the unrounded difference; a zero difference is logged as a refund of 0.
+    order["payment_history"].append(
+        {
+            "transaction_type": "payment" if diff > 0 else "refund",
+            "amount": abs(diff),
+            "payment_method_id": payment_method_id,
+        }
+    )
+    if method["source"] == "gift_card":
+        method["balance"] = round(method["balance"] - diff, 2)
+    for item_id, new_item_id in zip(item_ids, new_item_ids, strict=True):
+        item = _first_item(order, item_id)
+        variant = db["products"][item["product_id"]]["variants"][new_item_id]
+        item["item_id"] = new_item_id
+        item["price"] = variant["price"]
+        item["options"] = variant["options"]
+    order["status"] = "pending (item modified)"
+    return json.dumps(order)
+
+
+def modify_pending_order_payment(db: dict, order_id: str, payment_method_id: str) -> str:
+    order = _order(db, order_id, "pending", "modified")
+    method = _payment_method(db, order, payment_method_id)
+    history = order["payment_history"]
+    if len(history) != 1 or history[0]["transaction_type"] != "payment":
+        raise ToolError("there should be exactly one payment for a pending order")
+    old_id, amount = history[0]["payment_method_id"], history[0]["amount"]
+    if old_id == payment_method_id:
+        raise ToolError("the new payment method should be different from the current one")
+    if method["source"] == "gift_card" and method["balance"] < amount:
+        raise ToolError("insufficient gift card balance to pay for the order")
+    old_method = db["users"][order["user_id"]]["payment_methods"][old_id] if "gift_card" in old_id else None
+
+    history.append({"transaction_type": "payment", "amount": amount, "payment_method_id": payment_method_id})
+    history.append({"transaction_type": "refund", "amount": amount, "payment_method_id": old_id})
+    if method["source"] == "gift_card":
+        method["balance"] = round(method["balance"] - amount, 2)
+    if old_method is not None:
+        old_method["balance"] = round(old_method["balance"] + amount, 2)
+    return json.dumps(order)
+
+
+def modify_user_address(
+    db: dict, user_id: str, address1: str, address2: str, city: str, state: str, country: str, zip: str
+) -> str:
+    user = _user(db, user_id)
+    user["address"] = _address(address1, address2, city, state, country, zip)
+    return json.dumps(user)
+
+
+def return_delivered_order_items(db: dict, order_id: str, item_ids: list[str], payment_method_id: str) -> str:
+    order = _order(db, order_id, "delivered", "returned")
+    _payment_method(db, order, payment_method_id)
+    if (
+        "gift_card" not in payment_method_id
+        and payment_method_id != order["payment_history"][0]["payment_method_id"]
+    ):
+        raise ToolError("payment method should be either the original payment method or a gift card")
+    if _missing_item(order, item_ids) is not None:
+        raise ToolError("some item not found")
+    order["status"] = "return requested"
+    order["return_items"] = sorted(item_ids)
+    order["return_payment_method_id"] = payment_method_id
+    return json.dumps(order)
+
+
+def exchange_delivered_order_items(
+    db: dict, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
+) -> str:
+    order = _order(db, order_id, "delivered", "exchanged")
+    missing = _missing_item(order, item_ids)
+    if missing is not None:
+        raise ToolError(f"{missing} not found")
+    diff = round(_swap_price_difference(db, order, item_ids, new_item_ids), 2)
+    method = _payment_method(db, order, payment_method_id)
+    if method["source"] == "gift_card" and method["balance"] < diff:
+        raise ToolError("insufficient gift card balance to pay for the price difference")
+    order["status"] = "exchange requested"
+    order["exchange_items"] = sorted(item_ids)
+    order["exchange_new_items"] = sorted(new_item_ids)
+    order["exchange_payment_method_id"] = payment_method_id
+    order["exchange_price_difference"] = diff
+    return json.dumps(order)
+
+
+# --- registry, schemas and the safe entry point --------------------------------------------------
+
+TOOLS: dict[str, Callable[..., str]] = {
+    f.__name__: f
+    for f in (
+        find_user_id_by_email,
+        find_user_id_by_name_zip,
+        get_user_details,
+        get_order_details,
+        get_product_details,
+        list_all_product_types,
+        cancel_pending_order,
+        modify_pending_order_address,
+        modify_pending_order_items,
+        modify_pending_order_payment,
+        modify_user_address,
+        return_delivered_order_items,
+        exchange_delivered_order_items,
+        calculate,
+        transfer_to_human_agents,
+    )
+}
+
+WRITE_TOOLS: frozenset[str] = frozenset(
+    {
+        "cancel_pending_order",
+        "modify_pending_order_address",
+        "modify_pending_order_items",
+        "modify_pending_order_payment",
+        "modify_user_address",
+        "return_delivered_order_items",
+        "exchange_delivered_order_items",
+    }
+)
+
+
+def _string(description: str, **extra: object) -> dict:
+    return {"type": "string", "description": description, **extra}
+
+
+def _strings(description: str) -> dict:
+    return {"type": "array", "items": {"type": "string"}, "description": description}
+
+
+_ORDER_ID = _string("The order id, such as '#W0000000'. Note the '#' at the beginning.")
+_PAYMENT_ID = _string(
+    "The payment method id to pay or receive the refund of the price difference, such as "
+    "'gift_card_0000000' or 'credit_card_0000000'; see the user or order details."
+)
+_ITEM_IDS = _strings("The item ids, each such as '1008292230'. The list may repeat an item.")
+_NEW_ITEM_IDS = _strings(
+    "The new item ids, each such as '1008292230', in the same order as item_ids; each must be an "
+    "available variant of the same product."
+)
+_ADDRESS = {
+    "address1": _string("The first line of the address, such as '123 Main St'."),
+    "address2": _string("The second line of the address, such as 'Apt 1' or ''."),
+    "city": _string("The city, such as 'San Francisco'."),
+    "state": _string("The state, such as 'CA'."),
+    "country": _string("The country, such as 'USA'."),
+    "zip": _string("The zip code, such as '12345'."),
+}
+_CONFIRM = "Explain the details and get the user's explicit confirmation (yes) first."
+
+
+def _schema(name: str, description: str, **properties: dict) -> dict:
+    parameters = {"type": "object", "properties": properties, "required": list(properties)}
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": parameters},
+    }
+
+
+TOOL_SCHEMAS: list[dict] = [
+    _schema(
+        "find_user_id_by_email",
+        "Find a user id by email. Returns an error if no user has that email.",
+        email=_string("The user's email, such as 'something@example.com'."),
+    ),
+    _schema(
+        "find_user_id_by_name_zip",
+        "Find a user id by first name, last name and zip code. Use it only when the user cannot be "
+        "found by email or does not remember it.",
+        first_name=_string("The first name, such as 'John'."),
+        last_name=_string("The last name, such as 'Doe'."),
+        zip=_string("The zip code, such as '12345'."),
+    ),
+    _schema(
+        "get_user_details",
+        "Get a user's details: name, address, email, payment methods and orders.",
+        user_id=_string("The user id, such as 'sara_doe_496'."),
+    ),
+    _schema("get_order_details", "Get the status and details of an order.", order_id=_ORDER_ID),
+    _schema(
+        "get_product_details",
+        "Get a product's details, including every variant item.",
+        product_id=_string("The product id, such as '6086499569'. Not the same as an item id."),
+    ),
+    _schema("list_all_product_types", "List the name and product id of every product type in the store."),
+    _schema(
+        "cancel_pending_order",
+        "Cancel a pending order and refund its payments (gift cards at once, others in 5-7 business "
+        f"days). Processed or delivered orders cannot be cancelled. {_CONFIRM}",
+        order_id=_ORDER_ID,
+        reason=_string("Why the order is cancelled.", enum=list(CANCEL_REASONS)),
+    ),
+    _schema(
+        "modify_pending_order_address",
+        f"Change the shipping address of a pending order. {_CONFIRM}",
+        order_id=_ORDER_ID,
+        **_ADDRESS,
+    ),
+    _schema(
+        "modify_pending_order_items",
+        "Change items of a pending order to other available variants of the same product. It can be "
+        f"done only once per order, so collect every item first. {_CONFIRM}",
+        order_id=_ORDER_ID,
+        item_ids=_ITEM_IDS,
+        new_item_ids=_NEW_ITEM_IDS,
+        payment_method_id=_PAYMENT_ID,
+    ),
+    _schema(
+        "modify_pending_order_payment",
+        f"Pay a pending order with a different payment method; the old one is refunded. {_CONFIRM}",
+        order_id=_ORDER_ID,
+        payment_method_id=_string("The new payment method id, such as 'gift_card_0000000'."),
+    ),
+    _schema(
+        "modify_user_address",
+        f"Change the default address of a user. {_CONFIRM}",
+        user_id=_string("The user id, such as 'sara_doe_496'."),
+        **_ADDRESS,
+    ),
+    _schema(
+        "return_delivered_order_items",
+        "Return items of a delivered order; the status becomes 'return requested' and the user gets "
+        f"an email on how to send them back. {_CONFIRM}",
+        order_id=_ORDER_ID,
+        item_ids=_ITEM_IDS,
+        payment_method_id=_string("Where the refund goes: the original payment method or a gift card."),
+    ),
+    _schema(
+        "exchange_delivered_order_items",
+        "Exchange items of a delivered order for other available variants of the same product. "
+        f"A delivered order can be returned or exchanged only once. {_CONFIRM}",
+        order_id=_ORDER_ID,
+        item_ids=_ITEM_IDS,
+        new_item_ids=_NEW_ITEM_IDS,
+        payment_method_id=_PAYMENT_ID,
+    ),
+    _schema(
+        "calculate",
+        "Calculate the result of an arithmetic expression.",
+        expression=_string("The expression, such as '2 + 2': numbers, + - * /, parentheses and spaces."),
+    ),
+    _schema(
+        "transfer_to_human_agents",
+        "Transfer the user to a human agent with a summary of the issue. Only when the user asks for "
+        "a human, or the request cannot be handled with the available tools.",
+        summary=_string("A summary of the user's issue."),
+    ),
+]
+
+_PARAMETERS = {s["function"]["name"]: s["function"]["parameters"] for s in TOOL_SCHEMAS}
+
+
+def _argument_problem(name: str, arguments: object) -> str | None:
+    """Why `arguments` do not fit the tool's schema, or None when they do."""
+    if not isinstance(arguments, dict):
+        return f"arguments of {name} must be a JSON object, not {type(arguments).__name__}"
+    properties = _PARAMETERS[name]["properties"]
+    missing = [p for p in properties if p not in arguments]
+    if missing:
+        return f"missing argument(s) for {name}: {', '.join(missing)}"
+    extra = sorted(str(key) for key in arguments if key not in properties)
+    if extra:
+        return f"unexpected argument(s) for {name}: {', '.join(extra)}"
+    for key, value in arguments.items():
+        if properties[key]["type"] == "string" and not isinstance(value, str):
+            return f"argument {key} of {name} must be a string, not {type(value).__name__}"
+        if properties[key]["type"] == "array" and not (
+            isinstance(value, list) and all(isinstance(v, str) for v in value)
+        ):
+            return f"argument {key} of {name} must be a list of strings"
+    return None
+
+
+def call_tool(db: dict, name: str, arguments: object) -> str:
+    """Run tool `name` on `db`; never raises: every failure comes back as "Error: ..." text."""
+    try:
+        if not isinstance(name, str) or name not in TOOLS:
+            return f"Error: unknown tool {name}"
+        problem = _argument_problem(name, arguments)
+        if problem is not None:
+            return f"Error: {problem}"
+        return TOOLS[name](db, **arguments)
+    except ToolError as e:
+        return f"Error: {e}"
+    except Exception as e:
+        return f"Error: {type(e).__name__}: {e}"
+
+
+def hash_db(db: dict) -> str:
+    """sha256 hex of the canonical JSON of `db`, for tau-bench's database-state reward."""
+    return hashlib.sha256(json.dumps(db, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
