@@ -103,14 +103,18 @@ class RunRecord:
             "agent": cfg.agent.name,
             "model": cfg.model.name,
             "seed": cfg.seed,
-            "initial": {"test_score": grades["initial"]["test_score"], "val_score": history[0]["val_score"]},
+            "initial": {"test_score": grades["initial"]["test_score"], "val_score": history[0]["val_score"],
+                        **_passes(grades["initial"])},
             "submitted": {
                 "test_score": grades["submitted"]["test_score"],
+                **_passes(grades["submitted"]),
                 "val_score": chosen["val_score"],
                 "iteration": chosen["iteration"],
                 "flagged_by_null_model": grades["submitted"].get("flagged"),
             },
-            "reference": {"test_score": grades["reference"]["test_score"]} if "reference" in grades else None,
+            "reference": {"test_score": grades["reference"]["test_score"], **_passes(grades["reference"])}
+            if "reference" in grades
+            else None,
             "budget": {
                 "used": budget["used"],
                 "limit": budget["limit"],
@@ -125,6 +129,11 @@ class RunRecord:
         _dump(self.dir / "result.json", result)
         write_report(self.dir, result, history, grades)
         return result
+
+
+def _passes(grade: dict) -> dict:
+    """pass^k figures of a multi-turn grading (tau), if any."""
+    return {k: v for k, v in grade.get("metrics", {}).items() if k.startswith("pass^")}
 
 
 def attribute_gains(history: list[dict], chosen: dict) -> dict[str, float]:
@@ -150,12 +159,19 @@ def attribute_gains(history: list[dict], chosen: dict) -> dict[str, float]:
 
 
 def summary_table(result: dict) -> str:
-    ref = result["reference"]["test_score"] if result["reference"] else None
     b = result["budget"]
+
+    def score(entry: dict | None) -> str:
+        if entry is None:
+            return "-"
+        passes = {k: v for k, v in entry.items() if k.startswith("pass^") and k != "pass^1"}
+        extra = "".join(f"  {k} {v:.3f}" for k, v in passes.items())
+        return f"{entry['test_score']:.3f}{extra}"
+
     rows = [
-        ("initial system (test)", f"{result['initial']['test_score']:.3f}"),
-        (f"submitted by {result['agent']} (test)", f"{result['submitted']['test_score']:.3f}"),
-        ("reference system (test)", "-" if ref is None else f"{ref:.3f}"),
+        ("initial system (test)", score(result["initial"])),
+        (f"submitted by {result['agent']} (test)", score(result["submitted"])),
+        ("reference system (test)", score(result["reference"])),
         (f"budget used ({b['unit']})", f"{b['used']:.3g} of {b['limit']:.3g}"),
         ("metered CPU-seconds", f"{b['cpu_seconds']:.0f}"),
         ("gain by part (val)", ", ".join(f"{k} {v:+.3f}" for k, v in result["gains_by_part"].items()) or "-"),
@@ -216,6 +232,13 @@ def write_report(run_dir: Path, result: dict, history: list[dict], grades: dict)
         f"- Submitted: iteration {result['submitted']['iteration']}, test {sub['test_score']:.3f} "
         f"({sub.get('answered', '?')}/{sub.get('n', '?')} answered, {sub.get('crashes', 0)} harness failures).",
     ]
+    for label in ("initial", "submitted", "reference"):
+        metrics = grades.get(label, {}).get("metrics") or {}
+        if metrics:
+            shown = {k: v for k, v in metrics.items() if k != "by_template"}
+            lines.append(f"- {label}: " + ", ".join(f"{k} {v}" for k, v in shown.items()))
+            if metrics.get("by_template"):
+                lines.append("  by template: " + ", ".join(f"{k} {v:.2f}" for k, v in metrics["by_template"].items()))
     if "null_model_score" in sub:
         flag = "FLAGGED: the harness scores without the model" if sub["flagged"] else "not flagged"
         lines.append(

@@ -90,17 +90,17 @@ PROPOSALS: dict[str, list[Proposal]] = {
     ],
     "tau": [
         Proposal(
-            "repair",
-            "harness",
-            "validate tool calls against the schemas; repair ids/JSON; retry",
-            _harness("repair", domain="tau"),
+            "train-longer",
+            "trainer",
+            "lr 3e-3, 8 epochs, batch 8, cosine schedule",
+            _trainer(lr=3e-3, epochs=8, batch_size=8, lr_schedule="cosine"),
         ),
         Proposal("clean-demos", "data", "300 verified expert demonstrations of train tasks", _demos(300)),
         Proposal(
-            "train-longer",
-            "trainer",
-            "lr 3e-3, 4 epochs, cosine schedule",
-            _trainer(lr=3e-3, epochs=4, lr_schedule="cosine"),
+            "repair",
+            "harness",
+            "validate tool calls against the schemas; repair ids; retry",
+            _harness("repair", domain="tau"),
         ),
     ],
 }

@@ -27,6 +27,7 @@ POOL, DB = "/data/pool.jsonl", "/data/db.json"
 
 
 def play_demo(task: dict, db: dict, trial: int, flaw: str | None = None, seed: int = 0) -> dict:
+    """The expert's conversation on a fresh copy of db, with its reward."""
     gold = tools.hash_db(tasks.replay(db, task["actions"]))
     episode = TauEpisode(task, trial, db, gold, ScriptedUser(), policy="")
     agent = expert.Expert(task, flaw, seed)

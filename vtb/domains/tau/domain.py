@@ -7,7 +7,6 @@ and only the ids and templates of the val tasks; val and test tasks in full live
 
 from __future__ import annotations
 
-import inspect
 import json
 import random
 import shutil
@@ -16,7 +15,7 @@ from pathlib import Path
 from vtb.config import TaskConfig, TrainerConfig
 from vtb.domains.math.datatools import read_jsonl, write_jsonl
 from vtb.domains.math.domain import trainer_dict
-from vtb.domains.tau import datatools, env, expert, prompting, tasks, tools, user
+from vtb.domains.tau import datatools, prompting, tasks, tools, user
 from vtb.domains.tau import db as dbgen
 from vtb.domains.tau.env import TauEpisode, pass_hat_k
 
@@ -24,7 +23,7 @@ HERE = Path(__file__).parent
 HARNESSES = HERE / "harnesses"
 POLICY = (HERE / "policy.md").read_text()
 
-REFERENCE_TRAINER = {"method": "full", "lr": 3e-3, "epochs": 4, "batch_size": 32, "lr_schedule": "cosine",
+REFERENCE_TRAINER = {"method": "full", "lr": 3e-3, "epochs": 10, "batch_size": 8, "lr_schedule": "cosine",
                      "max_length": 384}  # fmt: skip
 REFERENCE_DEMOS = 400
 # A whole conversation is one SFT row (up to ~300 tokens): the tiny model's window and the
@@ -83,39 +82,31 @@ class TauDomain:
         return json.loads((data_dir / "research" / "db.json").read_text())
 
     # --- the tiny base model ----------------------------------------------------------------
+    def _demos(self, data_dir: Path, trials: int = 3) -> list[dict]:
+        """Expert conversations of every train task (a few trials each); made once per data dir."""
+        key = (str(data_dir), trials)
+        if getattr(self, "_demo_cache", (None,))[0] != key:
+            pool, db = self.split(data_dir, "pool"), self.db(data_dir)
+            demos = [datatools.play_demo(t, db, trial) for trial in range(trials) for t in pool]
+            self._demo_cache = (key, demos)
+        return self._demo_cache[1]
+
     def tokenizer_spec(self, task: TaskConfig, data_dir: Path) -> dict:
-        """Every piece of the database, tool schemas, policy and the simulator/expert/format texts."""
-        corpus = [json.dumps(self.db(data_dir)), json.dumps(tools.TOOL_SCHEMAS), POLICY]
-        corpus += [inspect.getsource(m) for m in (tools, user, expert, prompting, env)]
-        corpus += ["user: agent: tool: respond content 00 01 02 03 04 05 06 07 08 09"]
+        """Every piece of the database, tool schemas, policy and of demonstrations of every train task."""
+        corpus = [json.dumps(self.db(data_dir)), json.dumps(tools.TOOL_SCHEMAS), POLICY, user.STOP]
+        corpus += [prompting.render(d["messages"]) for d in self._demos(data_dir)]
         return {"words": corpus, "number_max": 999, "mode": "ids", "min_positions": MIN_POSITIONS}
 
     def pretraining_texts(self, task: TaskConfig, data_dir: Path, n: int, seed: int) -> list[str]:
-        """Plain text a base model could have read: customers' requests next to the shop's records.
+        """Plain text a base model could have read: customers' requests and how they were handled.
 
-        Each text is a train-task request followed by the records it is about, so the base model
-        has seen ids recur within a text (what copying them later needs), but never an agent turn
-        or the action format: those come only from the system's training data. Val/test requests
-        are left out.
+        Each text is a train-task request followed by a plain account of the lookups and changes
+        made for it (ids and values as they recur), but never an agent turn in the action format:
+        that comes only from the system's training data. Val/test requests are left out.
         """
+        narrations = [narrate(d["messages"]) for d in self._demos(data_dir)]
         rng = random.Random(seed)
-        db = self.db(data_dir)
-        sim = user.ScriptedUser()
-        pool = self.split(data_dir, "pool")
-        texts = []
-        for i in range(n):
-            t = pool[i % len(pool)]
-            u = db["users"][t["user_id"]]
-            lines = [sim.reset(t, rng.randrange(1000)),
-                     f"{u['name']['first_name']} {u['name']['last_name']} {u['address']['zip']} {u['email']} {u['user_id']}"]  # fmt: skip
-            order = db["orders"].get(t["user"].get("order_id", ""))
-            if order:
-                lines.append(prompting.compact("", json.dumps(order)))
-                product = db["products"][rng.choice(order["items"])["product_id"]]
-                lines.append(prompting.compact("", json.dumps(product)))
-            lines.append(prompting.compact("", json.dumps(u)))
-            texts.append("\n".join(lines))
-        return texts
+        return [rng.choice(narrations) for _ in range(n)]
 
     # --- systems ----------------------------------------------------------------------------
     def write_initial_system(
@@ -170,6 +161,22 @@ class TauDomain:
         out["timeouts"] = sum(ep.timeout for ep in episodes)
         out["harness_failures"] = sum(ep.failure is not None for ep in episodes)
         return out
+
+
+def narrate(messages: list[dict]) -> str:
+    """A conversation as plain prose lines: the request, then `<tool> <argument values> -> <result>`."""
+    lines = [messages[0]["content"]]
+    for i, m in enumerate(messages):
+        action = prompting.message_action(m) if m["role"] == "assistant" else None
+        if action and action["type"] == "tool_call":
+            values = " ".join(
+                " ".join(v) if isinstance(v, list) else str(v) for v in action["arguments"].values()
+            )
+            result = messages[i + 1]["content"] if i + 1 < len(messages) else ""
+            lines.append(
+                f"{action['name'].replace('_', ' ')} {values} -> {prompting.compact(action['name'], result)}"
+            )
+    return "\n".join(lines)
 
 
 def make_user(task: TaskConfig):

@@ -10,7 +10,6 @@ messages (case-insensitive, commas removed).
 
 from __future__ import annotations
 
-import copy
 import json
 from math import comb
 
@@ -27,7 +26,7 @@ class TauEpisode:
         self.id = f"{task['id']}.t{trial}"
         self.task, self.trial, self.gold_hash, self.user = task, trial, gold_hash, user
         self.policy, self.max_steps = policy, max_steps
-        self.db = copy.deepcopy(db)
+        self.db = json.loads(json.dumps(db))  # a deep copy, several times faster than copy.deepcopy
         self.messages: list[dict] = [{"role": "user", "content": user.reset(task, trial)}]
         self.steps = 0
         self.finished = False  # ended by the user (###STOP###) or a transfer to a human

@@ -7,7 +7,7 @@ so the simulator never has to parse the instruction text.
 
 from __future__ import annotations
 
-import copy
+import json
 import random
 from collections.abc import Callable
 
@@ -187,7 +187,7 @@ BUILDERS: dict[str, Callable] = {
 
 def replay(db: dict, actions: list[dict]) -> dict:
     """The database after the gold actions, on a copy; raises if any action errs."""
-    out = copy.deepcopy(db)
+    out = json.loads(json.dumps(db))  # a deep copy, several times faster than copy.deepcopy
     for action in actions:
         result = call_tool(out, action["name"], action["kwargs"])
         if result.startswith("Error"):

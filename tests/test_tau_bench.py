@@ -1,0 +1,59 @@
+"""`task=tau` end to end, shrunk: a real Prefect flow, real bwrap sandboxes, real training, real episodes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import needs_bwrap
+
+pytestmark = [pytest.mark.slow, needs_bwrap()]
+
+TAU_SMALL = [
+    "task=tau", "task.n_users=20", "task.n_pool=40", "task.n_val=8", "task.n_test=8", "task.initial_data_size=16",
+    "model.n_layer=2", "model.n_embd=64", "model.pretrain_steps=20", "model.pretrain_texts=500",
+    "agent.max_iterations=3", "budget.limit=5e12",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tau_run(tmp_path_factory, prefect_server):
+    from hydra import compose, initialize_config_dir
+
+    from flows.bench import CONF_DIR, run_bench, to_config
+
+    tmp = tmp_path_factory.mktemp("tau")
+    overrides = [*TAU_SMALL, f"runs_dir={tmp / 'runs'}", f"cache_dir={tmp / 'cache'}"]
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = to_config(compose(config_name="bench", overrides=overrides))
+    return cfg, run_bench(cfg)
+
+
+def test_tau_run_reports_pass_k_for_every_system(tau_run):
+    cfg, result = tau_run
+    assert result["task"] == "tau"
+    for row in ("initial", "submitted", "reference"):
+        assert set(result[row]) >= {"test_score", "pass^1", "pass^2"}
+        assert result[row]["pass^2"] <= result[row]["pass^1"] == pytest.approx(result[row]["test_score"])
+    grading = json.loads((Path(result["record"]) / "grading.json").read_text())
+    assert grading["submitted"]["n"] == cfg.task.n_test * cfg.task.trials
+    assert grading["submitted"]["null_model_score"] == 0.0 and not grading["submitted"]["flagged"]
+    sample = grading["submitted"]["samples"][0]
+    assert sample["messages"][0]["role"] == "user" and "reward" in sample
+
+
+def test_greedy_edits_all_three_parts_of_a_tau_system(tau_run):
+    cfg, result = tau_run
+    run_dir = Path(result["record"])
+    edited = {}
+    for it in (1, 2, 3):
+        entry = json.loads((run_dir / "iterations" / f"{it:02d}.json").read_text())
+        edited.update(entry["edits"])
+    assert {"harness", "data", "trainer"} <= set(edited)
+    trajectories = "".join(p.read_text() for p in (run_dir / "trajectories").glob("*.json"))
+    assert "vtb.domains.tau.datatools demos" in trajectories  # the data edit ran as a sandboxed command
+    assert (run_dir / "submission" / "harness" / "harness.py").exists()
+    report = (run_dir / "report.md").read_text()
+    assert "pass^2" in report and "by template" in report
