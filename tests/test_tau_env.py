@@ -342,6 +342,17 @@ def test_a_user_simulator_crash_fails_the_episode(db, task_list):
     assert ep.reward() == 0.0
 
 
+def test_a_user_simulator_that_cannot_start_costs_only_its_episode(db, task_list):
+    class Down(ScriptedUser):
+        def reset(self, task: dict, trial: int = 0) -> str:
+            raise ConnectionError("refused")
+
+    task = of(task_list, "order_status")[0]
+    ep = TauEpisode(task, 0, db, hash_db(replay(db, task["actions"])), Down(), policy="")
+    assert ep.over and ep.reward() == 0.0
+    assert ep.failure == "user simulator: ConnectionError: refused"
+
+
 # --- 6. extra read-only calls ---------------------------------------------------------------------
 
 READS = {

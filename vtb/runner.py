@@ -181,7 +181,7 @@ def play(
         env["VTB_NULL_MODEL"] = "1"
     argv = [PYTHON, "/ws/harness/harness.py"]
     out = EpisodeOutcome({}, Charge(), [], 0, [], [])
-    running: list[Episode] = list(eps)
+    running: list[Episode] = [ep for ep in eps if not getattr(ep, "over", False)]  # e.g. its user failed
     alone: list[Episode] = []  # episodes to retry one per round after a failure
     retried: set[str] = set()
     proc = lines = None

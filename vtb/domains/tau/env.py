@@ -27,11 +27,19 @@ class TauEpisode:
         self.task, self.trial, self.gold_hash, self.user = task, trial, gold_hash, user
         self.policy, self.max_steps = policy, max_steps
         self.db = json.loads(json.dumps(db))  # a deep copy, several times faster than copy.deepcopy
-        self.messages: list[dict] = [{"role": "user", "content": user.reset(task, trial)}]
         self.steps = 0
         self.finished = False  # ended by the user (###STOP###) or a transfer to a human
         self.timeout = False  # hit the step limit
-        self.failure: str | None = None  # the harness gave no valid action
+        self.failure: str | None = None  # the harness gave no valid action (or the user simulator failed)
+        self.messages: list[dict] = []
+        try:
+            self.messages.append({"role": "user", "content": user.reset(task, trial)})
+        except Exception as e:  # an LLM user simulator can fail: that costs this episode only
+            self.failure = f"user simulator: {type(e).__name__}: {e}"
+
+    @property
+    def over(self) -> bool:
+        return self.finished or self.timeout or self.failure is not None
 
     # --- runner.Episode ---------------------------------------------------------------------
     def message(self, fresh: bool) -> dict:
