@@ -103,8 +103,11 @@ class RunRecord:
             "agent": cfg.agent.name,
             "model": cfg.model.name,
             "seed": cfg.seed,
-            "initial": {"test_score": grades["initial"]["test_score"], "val_score": history[0]["val_score"],
-                        **_passes(grades["initial"])},
+            "initial": {
+                "test_score": grades["initial"]["test_score"],
+                "val_score": history[0]["val_score"],
+                **_passes(grades["initial"]),
+            },
             "submitted": {
                 "test_score": grades["submitted"]["test_score"],
                 **_passes(grades["submitted"]),
@@ -238,7 +241,9 @@ def write_report(run_dir: Path, result: dict, history: list[dict], grades: dict)
             shown = {k: v for k, v in metrics.items() if k != "by_template"}
             lines.append(f"- {label}: " + ", ".join(f"{k} {v}" for k, v in shown.items()))
             if metrics.get("by_template"):
-                lines.append("  by template: " + ", ".join(f"{k} {v:.2f}" for k, v in metrics["by_template"].items()))
+                lines.append(
+                    "  by template: " + ", ".join(f"{k} {v:.2f}" for k, v in metrics["by_template"].items())
+                )
     if "null_model_score" in sub:
         flag = "FLAGGED: the harness scores without the model" if sub["flagged"] else "not flagged"
         lines.append(

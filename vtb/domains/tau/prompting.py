@@ -146,7 +146,8 @@ def parse(text: str, spaced: bool = False) -> dict:
         raise ValueError(f"{name} takes {len(order)} arguments ({', '.join(order)}), got {len(parts)}")
     kinds = PARAMS[name].get("properties", {})
     arguments = {
-        k: (v.split() if kinds.get(k, {}).get("type") == "array" else v) for k, v in zip(order, parts, strict=True)
+        k: (v.split() if kinds.get(k, {}).get("type") == "array" else v)
+        for k, v in zip(order, parts, strict=True)
     }
     return {"type": "tool_call", "name": name, "arguments": arguments}
 

@@ -140,7 +140,10 @@ def _arguments(name: str, rest: str) -> dict | None:
     if len(parts) > len(order) and order:
         parts = parts[: len(order) - 1] + [parts[-1]]
     kinds = schema.get("properties", {})
-    return {k: (v.split() if kinds.get(k, {}).get("type") == "array" else v) for k, v in zip(order, parts)}
+    return {
+        k: (v.split() if kinds.get(k, {}).get("type") == "array" else v)
+        for k, v in zip(order, parts, strict=False)
+    }
 
 
 def repair(text: str, messages: list[dict], spaced: bool) -> dict | None:
@@ -162,7 +165,13 @@ def repair(text: str, messages: list[dict], spaced: bool) -> dict | None:
     for key, value in args.items():
         if isinstance(value, list):
             value = [ctx.snap(v) for v in value if isinstance(v, str)]
-            value = ctx.items(value) if key == "item_ids" else ctx.new_items(value) if key == "new_item_ids" else value
+            value = (
+                ctx.items(value)
+                if key == "item_ids"
+                else ctx.new_items(value)
+                if key == "new_item_ids"
+                else value
+            )
         elif isinstance(value, str):
             value = ctx.snap(value)
             if key == "payment_method_id":
