@@ -60,7 +60,7 @@ def _products(rng: random.Random, used: set[str]) -> dict:
     return products
 
 
-def _address(rng: random.Random) -> dict:
+def random_address(rng: random.Random) -> dict:
     city, state, zip_code = rng.choice(CITIES)
     return {
         "address1": f"{rng.randrange(1, 999)} {rng.choice(STREETS)} {rng.choice(STREET_KINDS)}",
@@ -97,7 +97,7 @@ def make_db(seed: int, n_users: int = 30, max_orders: int = 3) -> dict:
     for first, last in rng.sample(names, n_users):
         number = _digits(rng, 4, used)
         uid = f"{first.lower()}_{last.lower()}_{number}"
-        address = _address(rng)
+        address = random_address(rng)
         methods = _payment_methods(rng, used)
         user = {
             "user_id": uid,

@@ -11,7 +11,7 @@ import json
 import random
 from collections.abc import Callable
 
-from vtb.domains.tau.db import CITIES, STREET_KINDS, STREETS
+from vtb.domains.tau.db import random_address
 from vtb.domains.tau.tools import WRITE_TOOLS, call_tool
 
 REASONS = ["no longer needed", "ordered by mistake"]
@@ -33,15 +33,9 @@ def _get_order(oid: str) -> dict:
 
 
 def _new_address(rng: random.Random) -> dict:
-    city, state, zip_code = rng.choice(CITIES)
-    return {
-        "address1": f"{rng.randrange(1, 999)} {rng.choice(STREETS)} {rng.choice(STREET_KINDS)}",
-        "address2": f"Suite {rng.randrange(1, 99)}",
-        "city": city,
-        "state": state,
-        "country": "USA",
-        "zip": zip_code,
-    }
+    """A fresh address in the tools' argument order (the order the user says it in)."""
+    address = random_address(rng)
+    return {k: address[k] for k in ("address1", "address2", "city", "state", "country", "zip")}
 
 
 def _other_variant(db: dict, item: dict, rng: random.Random) -> dict | None:
