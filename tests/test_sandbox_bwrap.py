@@ -245,3 +245,29 @@ def test_without_cgroup_metering_short_steps_are_still_metered():
     burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.15: pass"
     result = sandbox.run([sys.executable, "-c", burn], mounts=runtime_mounts(), limits=LIMITS)
     assert result.returncode == 0 and result.cpu_seconds >= 0.15
+
+
+@needs_bwrap
+@pytest.mark.parametrize(
+    "bomb", [":(){ :|:& };:; sleep 20", "while true; do (sleep 100 &); done"], ids=["classic", "orphans"]
+)
+def test_a_fork_bomb_is_stopped_by_the_process_cap(bomb):
+    sandbox = make_sandbox("bwrap")
+    limits = Limits(wall_seconds=30, cpu_seconds=30, max_processes=64)
+    result = sandbox.run(["/bin/bash", "-c", bomb], mounts=runtime_mounts(), limits=limits)
+    assert result.killed == "procs" and result.wall_seconds < 10
+    after = sandbox.run(["/bin/bash", "-c", "echo alive"], mounts=runtime_mounts(), limits=limits)
+    assert after.stdout == "alive\n" and after.killed is None
+
+
+@needs_bwrap
+def test_the_process_cap_leaves_modest_work_alone_and_its_cgroup_is_removed():
+    sandbox = make_sandbox("bwrap")
+    limits = Limits(wall_seconds=30, cpu_seconds=30, max_processes=64)
+    parent = cgroups._pids_parent()
+    before = {p.name for p in parent.glob("vtb-pids-*")} if parent else set()
+    work = "for i in $(seq 20); do sleep 0.2 & done; wait; echo done"
+    result = sandbox.run(["/bin/bash", "-c", work], mounts=runtime_mounts(), limits=limits)
+    assert result.stdout == "done\n" and result.killed is None
+    if parent:
+        assert {p.name for p in parent.glob("vtb-pids-*")} == before

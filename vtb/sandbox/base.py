@@ -34,6 +34,9 @@ class Limits:
     cpu_seconds: float = 600.0  # summed over the whole process tree, metered from outside
     memory_mb: int | None = None  # address-space limit per process, None = unlimited
     max_flops: float | None = None  # checked against the usage file the engines write
+    # Tasks (processes and threads) alive at once in the tree, None = unlimited. Set it for
+    # untrusted shell work (a fork bomb); not for torch, whose thread pools count too.
+    max_processes: int | None = None
 
 
 @dataclass
@@ -43,7 +46,7 @@ class SandboxResult:
     stderr: str
     wall_seconds: float
     cpu_seconds: float
-    killed: str | None = None  # None, "wall", "cpu", "flops" or "closed"
+    killed: str | None = None  # None, "wall", "cpu", "flops", "procs" or "closed"
     usage: dict = field(default_factory=dict)  # parsed usage file ({} if none was written)
     denials: list[str] = field(default_factory=list)  # stderr lines showing blocked access
 

@@ -98,8 +98,8 @@ def _depth(m: Mount) -> int:
     return m.target.count("/")
 
 
-def launcher(cgroup: CpuCgroup | None, memory_mb: int | None) -> list[str]:
-    """A host shell that joins the cgroup and sets RLIMIT_AS, then execs bwrap (same pid).
+def launcher(cgroup: CpuCgroup | None, memory_mb: int | None, pids: Path | None = None) -> list[str]:
+    """A host shell that joins the cgroups and sets RLIMIT_AS, then execs bwrap (same pid).
 
     Doing this in a shell rather than a Popen preexec_fn keeps Python's fast vfork path; the
     shell costs about a millisecond and only runs when there is something to set up.
@@ -108,6 +108,9 @@ def launcher(cgroup: CpuCgroup | None, memory_mb: int | None) -> list[str]:
     if cgroup is not None:
         steps.append('{ echo 0 > "$1"; } 2>/dev/null; shift')  # best effort: /proc metering stays
         args.append(cgroup.procs)
+    if pids is not None:
+        steps.append('echo 0 > "$1" || exit 125; shift')  # a process cap must hold, or nothing runs
+        args.append(str(pids / "cgroup.procs"))
     if memory_mb:
         steps.append(f"ulimit -v {int(memory_mb) * 1024} || exit 125")  # KiB; soft and hard
     if not steps:
@@ -214,8 +217,11 @@ class BwrapSandbox:
         except OSError as e:
             raise SandboxStartError(f"no private output dir for the sandbox: {e}") from e
         cgroup = cgroups.create() if self.exact_cpu else None
+        # Where the host allows it a pids cgroup caps the tree (fork fails past it); elsewhere
+        # the monitor kills a tree that grows past the cap at its next poll.
+        pids = cgroups.create_pids(limits.max_processes) if limits.max_processes else None
         try:
-            cmd = launcher(cgroup, limits.memory_mb) + self.command(argv, mounts, cwd, out_dir)
+            cmd = launcher(cgroup, limits.memory_mb, pids) + self.command(argv, mounts, cwd, out_dir)
             rfd, wfd = os.pipe()
             try:
                 started = time.monotonic()
@@ -242,8 +248,10 @@ class BwrapSandbox:
             shutil.rmtree(out_dir, ignore_errors=True)
             if cgroup is not None:
                 cgroup.close()
+            if pids is not None:
+                cgroups.remove(pids)
             raise
-        return MonitoredProcess(popen, rfd, limits, out_dir, started, cgroup)
+        return MonitoredProcess(popen, rfd, limits, out_dir, started, cgroup, pids)
 
     def run(
         self,

@@ -123,3 +123,53 @@ def create() -> CpuCgroup | None:
     except OSError:
         return None
     return CpuCgroup(path, parent[1])
+
+
+# --- a cap on the number of tasks (fork bombs) -------------------------------------------------
+
+
+@functools.cache
+def _pids_parent() -> Path | None:
+    """Where we may create pids cgroups (v2 with the pids controller, or v1's pids hierarchy)."""
+    for fstype, opt in (("cgroup2", None), ("cgroup", "pids")):
+        try:
+            base = _own_dir(fstype, opt)
+            if base is None:
+                continue
+            probe = base / f"vtb-probe-{uuid.uuid4().hex[:8]}"
+            probe.mkdir()
+            ok = (probe / "pids.max").exists() and os.access(probe / "cgroup.procs", os.W_OK)
+            probe.rmdir()
+            if ok:
+                return base
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
+
+
+def create_pids(max_tasks: int) -> Path | None:
+    """A fresh pids cgroup capped at max_tasks (fork() fails past it), or None where not allowed."""
+    parent = _pids_parent()
+    if parent is None:
+        return None
+    path = parent / f"vtb-pids-{uuid.uuid4().hex}"
+    try:
+        path.mkdir()
+        (path / "pids.max").write_text(str(int(max_tasks)))
+    except OSError:
+        remove(path)
+        return None
+    return path
+
+
+def remove(path: Path, timeout: float = 2.0) -> None:
+    """Remove a cgroup once its processes are gone (an empty one left behind is harmless)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.01)

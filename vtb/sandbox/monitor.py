@@ -26,6 +26,7 @@ from pathlib import Path
 from vtb.sandbox import proctree
 from vtb.sandbox.base import Limits, SandboxResult
 from vtb.sandbox.cgroup import CpuCgroup
+from vtb.sandbox.cgroup import remove as remove_cgroup
 from vtb.sandbox.output import StderrCollector, read_bounded
 
 POLL_S = 0.2
@@ -72,6 +73,7 @@ class MonitoredProcess:
         out_dir: Path,
         started: float,
         cgroup: CpuCgroup | None = None,
+        pids_cgroup: Path | None = None,
     ) -> None:
         self._popen = popen
         self.stdin = popen.stdin
@@ -82,6 +84,7 @@ class MonitoredProcess:
         self._cleanup = weakref.finalize(self, shutil.rmtree, out_dir, True)
         self._started = started
         self._cgroup = cgroup
+        self._pids_cgroup = pids_cgroup
         self._stderr = StderrCollector(stderr_fd)
         self._lock = threading.RLock()
         self._done = threading.Event()
@@ -145,6 +148,8 @@ class MonitoredProcess:
             proctree.kill(self._last_tree)
             if self._cgroup is not None:
                 self._polled_cpu = max(self._polled_cpu, self._cgroup.close())
+            if self._pids_cgroup is not None:
+                remove_cgroup(self._pids_cgroup)
         finally:
             if pidfd is not None:
                 os.close(pidfd)
@@ -162,9 +167,21 @@ class MonitoredProcess:
             self._polled_cpu = max(self._polled_cpu, self._cgroup.cpu_seconds())
         if self._polled_cpu > self._limits.cpu_seconds:
             self.kill("cpu")
+        elif self._limits.max_processes is not None and self._over_process_cap(procs):
+            self.kill("procs")
         elif self._limits.max_flops is not None:
             if _flops(read_usage(self._usage_path)) > self._limits.max_flops:
                 self.kill("flops")
+
+    def _over_process_cap(self, procs: list) -> bool:
+        """A fork refused by the pids cgroup, or (without one) more live processes than allowed."""
+        if self._pids_cgroup is not None:
+            try:
+                events = (self._pids_cgroup / "pids.events").read_text().split()
+                return int(events[events.index("max") + 1]) > 0
+            except (OSError, ValueError, IndexError):
+                return False
+        return len(procs) > self._limits.max_processes + 2  # + 2: launcher and bwrap, outside
 
     def _reap(self) -> bool:
         with self._lock:
