@@ -206,6 +206,8 @@ class Bench:
         test = self.play(sid, train_key, checkpoint, "test", -1, budgeted=False)
         out = {"test_score": test["score"], "n": test["n"], "answered": test["answered"], "crashes": test["crashes"],
                "denials": test["denials"], "samples": test["samples"], "metrics": test.get("metrics", {}), "inference_flops": test["charge"]["flops"]}  # fmt: skip
+        for name, content in test.get("artifacts", {}).items():  # e.g. SWE-bench report.json files
+            self.rec.write_artifact(f"grading/{label}/{name}", content)
         if self.cfg.null_model_check:
             null = self.play(sid, train_key, checkpoint, "test", -1, budgeted=False, null_model=True)
             out["null_model_score"] = null["score"]

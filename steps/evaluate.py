@@ -29,9 +29,10 @@ def play_step(
     null_model: bool = False,
 ) -> dict:
     domain = get_domain(task_cfg.name)
-    episodes = domain.episodes(Path(data_dir), split, task_cfg)
+    sandbox = pipeline.sandbox_for(sandbox_cfg)
+    episodes = domain.episodes(Path(data_dir), split, task_cfg, sandbox=sandbox)
     outcome = runner.play(
-        pipeline.sandbox_for(sandbox_cfg),
+        sandbox,
         Path(harness_dir),
         Path(model_dir),
         episodes,
@@ -57,4 +58,6 @@ def play_step(
         "garbage": outcome.garbage,
         "denials": outcome.denials[:50],
         "stderr_tail": outcome.stderr_tail,
+        # Files the domain's own tooling reads (SWE-bench: per-instance report.json, the run report)
+        "artifacts": domain.artifacts(episodes) if hasattr(domain, "artifacts") else {},
     }

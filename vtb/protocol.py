@@ -12,9 +12,10 @@ After a flush the harness answers every message of the round with one action lin
 
     {"episode": "val-0007", "action": {"type": "answer", "content": "#### 42"}}
 
-Action types: ``answer`` (final answer), ``tool_call`` (name, arguments), ``message``
-(to the user), ``shell`` (command), ``patch`` (unified diff). Single-turn domains are one
-round. Rounds exist so a harness can batch generation across episodes.
+Action types: ``answer`` (final answer; in terminal episodes: "I am done"), ``tool_call``
+(name, arguments), ``message`` (to the user), ``shell`` (``command``: one line of bash),
+``patch`` (``patch``: a unified diff). Single-turn domains are one round. Rounds exist so a
+harness can batch generation across episodes.
 
 Anything the harness prints that is not such a line is ignored by the orchestrator (and
 recorded); an episode that gets no valid action in time scores 0.

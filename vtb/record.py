@@ -50,6 +50,14 @@ class RunRecord:
             shutil.rmtree(self.dir / stale, ignore_errors=True)  # a resumed run rewrites them all
         _dump(self.dir / "config.json", asdict(cfg))
 
+    def write_artifact(self, relpath: str, content: object) -> None:
+        """A file under the run dir: JSON for dicts/lists, text otherwise."""
+        if isinstance(content, dict | list):
+            _dump(self.dir / relpath, content)
+        else:
+            (self.dir / relpath).parent.mkdir(parents=True, exist_ok=True)
+            (self.dir / relpath).write_text(str(content))
+
     def write_iteration(self, entry: dict, trajectory: list[dict]) -> None:
         _dump(self.dir / "iterations" / f"{entry['iteration']:02d}.json", entry)
         if trajectory:

@@ -234,8 +234,7 @@ def play(
         except (BrokenPipeError, OSError, ValueError):
             pass
         deadline = time.monotonic() + round_timeout_s + per_episode_timeout_s * len(batch)
-        got: set[str] = set()
-        going_on: list[Episode] = []
+        got: dict[str, dict] = {}
         while len(got) < len(wanted):
             try:
                 line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
@@ -248,11 +247,13 @@ def play(
                 if len(out.garbage) < 20 and line.strip():
                     out.garbage.append(line.strip()[:200])
                 continue
-            got.add(parsed[0])
-            out.actions[parsed[0]] = parsed[1]
-            if wanted[parsed[0]].step(parsed[1]):
-                going_on.append(wanted[parsed[0]])
-        running += going_on
+            got[parsed[0]] = parsed[1]
+        # Episodes step only after the round is read: a step may take a while (a shell command
+        # runs), and that time must not count against the harness's deadline for its answers.
+        for ep_id, action in got.items():
+            out.actions[ep_id] = action
+            if wanted[ep_id].step(action):
+                running.append(wanted[ep_id])
         missing = [ep for ep in batch if ep.id not in got]
         if missing:
             out.crashes += 1

@@ -51,6 +51,19 @@ def _demos(n: int) -> Callable[[ResearchEnv, int], None]:
     return apply
 
 
+def _rows_from_pool(domain: str, n: int) -> Callable[[ResearchEnv, int], None]:
+    """Replace the SFT rows with n rows made from train tasks' reference solutions."""
+
+    def apply(env: ResearchEnv, seed: int) -> None:
+        tool = f"python -m vtb.domains.{domain}.datatools"
+        cmd = f"{tool} from-pool /data/pool.jsonl data/train.jsonl --n {n} --seed {seed} && {tool} check data/train.jsonl"
+        result = env.run(cmd)
+        if result["returncode"] != 0:
+            raise RuntimeError(f"data edit failed: {result['stderr'][-500:]}")
+
+    return apply
+
+
 def _harness(name: str, domain: str = "math", **overrides) -> Callable[[ResearchEnv, int], None]:
     def apply(env: ResearchEnv, seed: int) -> None:
         src = DOMAINS / domain / "harnesses" / name
@@ -102,6 +115,21 @@ PROPOSALS: dict[str, list[Proposal]] = {
             "validate tool calls against the schemas; repair ids; retry",
             _harness("repair", domain="tau"),
         ),
+    ],
+    "terminal": [
+        Proposal("train-longer", "trainer", "lr 3e-3, 6 epochs, batch 16, cosine schedule",
+                 _trainer(lr=3e-3, epochs=6, batch_size=16, lr_schedule="cosine")),  # fmt: skip
+        Proposal("clean-data", "data", "800 rows from train tasks' reference solutions",
+                 _rows_from_pool("terminal", 800)),  # fmt: skip
+        Proposal("retry", "harness", "re-sample a command that failed (exit code, timeout)",
+                 _harness("retry", domain="terminal")),  # fmt: skip
+    ],
+    "swe": [
+        Proposal("train-longer", "trainer", "lr 3e-3, 8 epochs, batch 16, cosine schedule",
+                 _trainer(lr=3e-3, epochs=8, batch_size=16, lr_schedule="cosine")),  # fmt: skip
+        Proposal("clean-data", "data", "600 rows from train instances' gold fixes", _rows_from_pool("swe", 600)),
+        Proposal("fuzzy-edit", "harness", "snap mis-copied lines to the closest one; re-sample failed edits",
+                 _harness("fuzzy", domain="swe")),  # fmt: skip
     ],
 }
 

@@ -11,6 +11,7 @@ from typing import Protocol
 
 from vtb.config import TaskConfig, TrainerConfig
 from vtb.runner import Episode
+from vtb.sandbox.base import Sandbox
 
 
 class Domain(Protocol):
@@ -34,8 +35,14 @@ class Domain(Protocol):
 
     def split(self, data_dir: Path, name: str) -> list[dict]: ...
 
-    def episodes(self, data_dir: Path, split: str, task: TaskConfig) -> list[ScoredEpisode]:
-        """The split's episodes (orchestrator side: environment, user simulator, reward)."""
+    def episodes(
+        self, data_dir: Path, split: str, task: TaskConfig, sandbox: Sandbox | None = None
+    ) -> list[ScoredEpisode]:
+        """The split's episodes (orchestrator side: environment, user simulator, reward).
+
+        `sandbox` runs what an episode executes on the agent's behalf (shell commands, patches,
+        hidden tests); domains that execute nothing ignore it.
+        """
         ...
 
     def metrics(self, episodes: list[ScoredEpisode], task: TaskConfig) -> dict:
@@ -60,4 +67,12 @@ def get_domain(name: str) -> Domain:
         from vtb.domains.tau.domain import TauDomain
 
         return TauDomain()
-    raise ValueError(f"unknown task {name!r}; available: math, tau (set task=<name>)")
+    if name == "terminal":
+        from vtb.domains.terminal.domain import TerminalDomain
+
+        return TerminalDomain()
+    if name == "swe":
+        from vtb.domains.swe.domain import SweDomain
+
+        return SweDomain()
+    raise ValueError(f"unknown task {name!r}; available: math, tau, terminal, swe (set task=<name>)")

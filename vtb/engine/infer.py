@@ -71,9 +71,11 @@ class Engine:
         params = inspect.signature(self.model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
         self._decoder = self.tokenizer.backend_tokenizer
-        probe = self.tokenizer('{"a.b"}', add_special_tokens=False).input_ids
-        # word-level tokenizers (the tiny model's) decode with a space between all tokens
-        self.spaced = self._decoder.decode(probe) != '{"a.b"}'
+        # Word-level tokenizers (the tiny model's "words"/"ids" modes) decode with a space between
+        # all tokens; its "exact" mode and BPE tokenizers give the text back. Symbols only, so
+        # the probe is in every vocabulary.
+        probe = self.tokenizer('{"."}', add_special_tokens=False).input_ids
+        self.spaced = self._decoder.decode(probe) != '{"."}'
 
     @property
     def n_params(self) -> int:

@@ -31,6 +31,9 @@ _NO_PREFIX = "\x00\x00"
 # "ids" mode (tool-use domains): a run of letters, digits and underscores is one piece, so ids like
 # `mei_kim_3456`, `W8850172` or `find_user_id_by_email` are single tokens when the corpus has them.
 PIECE_IDS = r"[A-Za-z0-9_]+|\n|[^\sA-Za-z0-9_]"
+# "exact" mode (shell commands, code): like "ids", but every space, tab and newline is a token of
+# its own and decoding is plain concatenation, so generated text keeps its exact whitespace.
+PIECE_EXACT = r"[A-Za-z0-9_]+|\s|[^\sA-Za-z0-9_]"
 
 
 def _word_forms(words: list[str]) -> list[str]:
@@ -49,38 +52,45 @@ def build_tokenizer(words: list[str], number_max: int, mode: str = "words") -> P
     pieces of `words` (and their lower/capitalised forms).
     mode "ids": runs of letters, digits and `_` are pieces; the vocabulary has every such piece
     of `words` (pass whole texts: records, schemas, phrases).
-    Either way decoding joins tokens with single spaces and no space around newlines, so
+    Both decode by joining tokens with single spaces and no space around newlines, so
     `decode(encode(x))` is a normalised form of x that re-encodes to the same ids.
+    mode "exact": the "ids" vocabulary plus space and tab tokens; decoding concatenates, so
+    code and commands come back with their exact whitespace.
     """
-    if mode == "ids":
+    if mode in ("ids", "exact"):
         pieces = {p for w in words for p in re.findall(PIECE_IDS, w) if not p.isspace()}
         extra, pattern = (
             sorted(pieces | {p.lower() for p in pieces} | {p.capitalize() for p in pieces}),
-            PIECE_IDS,
+            PIECE_IDS if mode == "ids" else PIECE_EXACT,
         )
     elif mode == "words":
         extra, pattern = _word_forms(words), PIECE
     else:
-        raise ValueError(f"tokenizer mode {mode!r} is not one of words, ids")
+        raise ValueError(f"tokenizer mode {mode!r} is not one of words, ids, exact")
     vocab: dict[str, int] = {}
-    for token in [*SPECIALS, *SYMBOLS, *(str(n) for n in range(number_max + 1)), *extra]:
+    spaces = [" ", "\t"] if mode == "exact" else []
+    for token in [*SPECIALS, *SYMBOLS, *spaces, *(str(n) for n in range(number_max + 1)), *extra]:
         vocab.setdefault(token, len(vocab))
     backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     backend.add_special_tokens(SPECIALS)
-    backend.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(r"[^\S\n]+"), behavior="removed"),
-            pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
-        ]
-    )
-    backend.decoder = decoders.Sequence(
-        [
-            decoders.WordPiece(prefix=_NO_PREFIX, cleanup=False),
-            decoders.Fuse(),
-            decoders.Replace(" \n", "\n"),
-            decoders.Replace("\n ", "\n"),
-        ]
-    )
+    if mode == "exact":
+        backend.pre_tokenizer = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
+        backend.decoder = decoders.Fuse()
+    else:
+        backend.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(r"[^\S\n]+"), behavior="removed"),
+                pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+            ]
+        )
+        backend.decoder = decoders.Sequence(
+            [
+                decoders.WordPiece(prefix=_NO_PREFIX, cleanup=False),
+                decoders.Fuse(),
+                decoders.Replace(" \n", "\n"),
+                decoders.Replace("\n ", "\n"),
+            ]
+        )
     bos = vocab["[BOS]"]
     backend.post_processor = processors.TemplateProcessing(
         single="[BOS] $A", pair="[BOS] $A $B", special_tokens=[("[BOS]", bos)]

@@ -117,7 +117,7 @@ class MathDomain:
         shutil.copytree(HARNESSES / "calculator", ws / "harness", dirs_exist_ok=True)
         (ws / "README.md").write_text(WORKSPACE_README)
 
-    def episodes(self, data_dir: Path, split: str, task: TaskConfig) -> list[MathEpisode]:
+    def episodes(self, data_dir: Path, split: str, task: TaskConfig, sandbox=None) -> list[MathEpisode]:
         return [MathEpisode(item, task.metric, self.env) for item in self.split(data_dir, split)]
 
     def metrics(self, episodes: list[MathEpisode], task: TaskConfig) -> dict:

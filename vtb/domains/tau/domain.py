@@ -134,7 +134,7 @@ class TauDomain:
         (ws / "README.md").write_text(WORKSPACE_README)
 
     # --- episodes and scores ----------------------------------------------------------------
-    def episodes(self, data_dir: Path, split: str, task: TaskConfig) -> list[TauEpisode]:
+    def episodes(self, data_dir: Path, split: str, task: TaskConfig, sandbox=None) -> list[TauEpisode]:
         db = self.db(data_dir)
         policy = (data_dir / "research" / "policy.md").read_text()
         trials = task.trials if split == "test" else task.val_trials

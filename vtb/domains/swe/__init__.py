@@ -1,0 +1,1 @@
+"""A SWE-bench-format domain: seeded repositories with seeded bugs, patches graded by hidden tests."""

@@ -1,0 +1,111 @@
+"""Data tools for swe systems, usable by research agents inside their sandbox.
+
+    python -m vtb.domains.swe.datatools from-pool /data/pool.jsonl data/train.jsonl --n 600
+    python -m vtb.domains.swe.datatools check data/train.jsonl --pool /data/pool.jsonl
+    python -m vtb.domains.swe.datatools clean data/train.jsonl data/clean.jsonl --pool /data/pool.jsonl
+
+Rows are SFT rows {"prompt", "completion"} in the prompting.py format, made from a train
+instance's gold fix (its one-line `fix`). A row is correct when its edit is that fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from pathlib import Path
+
+from vtb.domains.math.datatools import read_jsonl, write_jsonl
+from vtb.domains.swe import prompting
+
+FLAWS = ("other_fix", "no_change", "wrong_line")
+
+
+def view(instance: dict) -> tuple[str, list[str]] | None:
+    """What a harness shows the model of this instance (prompting.locate)."""
+    return prompting.locate(instance["problem_statement"], instance["files"])
+
+
+def gold_edit(instance: dict) -> tuple[str, str]:
+    return instance["fix"]["old"].strip(), instance["fix"]["new"].strip()
+
+
+def row(instance: dict, old: str, new: str) -> dict | None:
+    found = view(instance)
+    if found is None:
+        return None
+    return {"instance_id": instance["instance_id"], "bug": instance.get("bug")} | prompting.sft_row(
+        instance["problem_statement"], *found, old, new
+    )
+
+
+def flawed_edit(instance: dict, pool: list[dict], rng: random.Random) -> tuple[str, str]:
+    """A plausible wrong edit: another instance's fix, a no-op, or the right change on another line."""
+    old, new = gold_edit(instance)
+    flaw = rng.choice(FLAWS)
+    if flaw == "other_fix":
+        others = [i for i in pool if i["instance_id"] != instance["instance_id"]]
+        return gold_edit(rng.choice(others)) if others else (old, old)
+    if flaw == "no_change":
+        return old, old
+    lines = [ln.strip() for ln in (view(instance) or ("", []))[1] if ln.strip() and ln.strip() != old]
+    return (rng.choice(lines), new) if lines else (old, old)
+
+
+def make_rows(pool: list[dict], n: int, seed: int, flawed: float = 0.0) -> list[dict]:
+    """n rows over the pool's instances (each once before any repeats); a `flawed` share wrong."""
+    rng = random.Random(seed)
+    usable = [i for i in pool if view(i) is not None]
+    rng.shuffle(usable)
+    picked = [usable[k % len(usable)] for k in range(n)] if usable else []
+    bad = set(rng.sample(range(len(picked)), round(len(picked) * flawed)))
+    rows = [row(i, *(flawed_edit(i, pool, rng) if k in bad else gold_edit(i))) for k, i in enumerate(picked)]
+    return [r for r in rows if r is not None]
+
+
+def is_correct(r: dict, by_prompt: dict[str, dict]) -> bool:
+    instance = by_prompt.get(r.get("prompt", ""))
+    return instance is not None and prompting.parse_edit(r.get("completion", "")) == gold_edit(instance)
+
+
+def _index(pool: list[dict]) -> dict[str, dict]:
+    out = {}
+    for i in pool:
+        found = view(i)
+        if found:
+            out[prompting.prompt(i["problem_statement"], *found)] = i
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m vtb.domains.swe.datatools", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("from-pool", help="SFT rows from train instances' gold fixes")
+    p.add_argument("pool"), p.add_argument("out")
+    p.add_argument("--n", type=int, default=600), p.add_argument("--seed", type=int, default=0)
+    for name, text in (("check", "count rows whose edit is not the gold fix"),
+                       ("clean", "keep only rows whose edit is the gold fix")):  # fmt: skip
+        p = sub.add_parser(name, help=text)
+        p.add_argument("rows")
+        if name == "clean":
+            p.add_argument("out")
+        p.add_argument("--pool", default="/data/pool.jsonl")
+    args = ap.parse_args(argv)
+    if args.cmd == "from-pool":
+        rows = make_rows(read_jsonl(Path(args.pool)), args.n, args.seed)
+        write_jsonl(Path(args.out), rows)
+        print(f"wrote {len(rows)} rows to {args.out}")
+        return 0
+    index = _index(read_jsonl(Path(args.pool)))
+    rows = read_jsonl(Path(args.rows))
+    good = [r for r in rows if is_correct(r, index)]
+    print(f"{len(good)}/{len(rows)} rows have the gold edit")
+    if args.cmd == "clean":
+        write_jsonl(Path(args.out), good)
+        print(f"wrote {len(good)} rows to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""The swe domain as the pipeline sees it: SWE-bench-format instances, systems, episodes, reports.
+
+Embedded instances are small generated Python repositories (real git repos, reproducible
+commits) with one seeded bug each. The research sandbox gets the train instances in full
+(research/pool.jsonl: problem statement, files, gold patch, test_patch, test ids) and only the
+ids and bug templates of the val instances; val and test instances live in hidden/, and their
+tests only ever enter a grading sandbox, after the model's patch.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import tempfile
+from pathlib import Path
+
+from vtb.config import TaskConfig, TrainerConfig
+from vtb.domains.math.datatools import read_jsonl, write_jsonl
+from vtb.domains.math.domain import trainer_dict
+from vtb.domains.swe import datatools, generator, grading
+from vtb.domains.swe.env import SweEpisode
+
+HARNESSES = Path(__file__).parent / "harnesses"
+REFERENCE_TRAINER = {"method": "full", "lr": 3e-3, "epochs": 8, "batch_size": 16, "lr_schedule": "cosine",
+                     "max_length": 384}  # fmt: skip
+REFERENCE_ROWS = 600
+# Issue + function + edit is up to ~300 tokens with exact whitespace: the tiny model's window and
+# the trainer's max_length are raised to this for swe, whatever the model/trainer config says.
+MIN_POSITIONS = 384
+VOCAB_INSTANCES = 600  # generated instances whose words make the tokenizer's vocabulary
+
+WORKSPACE_README = """# Workspace of the agent system (swe: fix a bug in a small Python repository)
+
+- data/train.jsonl  SFT rows {"prompt": "issue: ...\\nfile: <path>\\n<function lines>\\nfix: ",
+  "completion": "<old line> => <new line>\\n"} (vtb/domains/swe/prompting.py).
+- trainer/config.json  settings of vtb.engine.sft (see the math README for the fields).
+- harness/harness.py  the agent: speaks the JSON-lines protocol (vtb/protocol.py). The start
+  message carries the problem statement and the repository's files; it answers
+  {"type": "patch", "patch": "<unified diff>"}. Model at $VTB_MODEL_DIR.
+- /data/pool.jsonl  train instances in the SWE-bench schema (with patch, test_patch, FAIL_TO_PASS,
+  PASS_TO_PASS, files, fix); /data/val.jsonl  val instance ids and bug templates only.
+- Data tools: python -m vtb.domains.swe.datatools {from-pool,check,clean} --help
+"""
+
+
+class SweDomain:
+    name = "swe"
+
+    # --- provisioning -----------------------------------------------------------------------
+    def provision(self, task: TaskConfig, out: Path) -> dict:
+        if task.source == "embedded":
+            taken: set = set()
+            test = generator.make_instances(task.data_seed + 1, task.n_test, "test", taken)
+            val = generator.make_instances(task.data_seed + 2, task.n_val, "val", taken)
+            pool = generator.make_instances(task.data_seed + 3, task.n_pool, "train", taken)
+        else:
+            test, val, pool = _real_splits(task)
+        write_jsonl(out / "research" / "pool.jsonl", pool)
+        write_jsonl(
+            out / "research" / "val.jsonl",
+            [{"instance_id": i["instance_id"], "bug": i.get("bug")} for i in val],
+        )
+        write_jsonl(out / "hidden" / "val.jsonl", val)
+        write_jsonl(out / "hidden" / "test.jsonl", test)
+        return {"pool": len(pool), "val": len(val), "test": len(test)}
+
+    def split(self, data_dir: Path, name: str) -> list[dict]:
+        if name == "pool":
+            return read_jsonl(data_dir / "research" / "pool.jsonl")
+        return read_jsonl(data_dir / "hidden" / f"{name}.jsonl")
+
+    # --- the tiny base model ----------------------------------------------------------------
+    def tokenizer_spec(self, task: TaskConfig, data_dir: Path) -> dict:
+        """Every piece of code and issue text the generator produces, kept exact (spaces)."""
+        extra = generator.make_instances(task.data_seed + 7919, VOCAB_INSTANCES, "vocab", set())
+        corpus = [_text(i) for i in self.split(data_dir, "pool") + extra]
+        for name in ("val", "test"):  # their issues and code (what a harness shows), never the fixes
+            corpus += [
+                i["problem_statement"] + "\n" + "\n".join(i["files"].values())
+                for i in self.split(data_dir, name)
+            ]
+        return {"words": corpus, "number_max": 999, "mode": "exact", "min_positions": MIN_POSITIONS}
+
+    def pretraining_texts(self, task: TaskConfig, data_dir: Path, n: int, seed: int) -> list[str]:
+        """Code and issue text a base model could have read: source files and issues, apart.
+
+        Source files and problem statements of train instances and of other generated repos, each
+        a text of its own (never an issue paired with its fix), never a val/test issue.
+        """
+        held_out = {i["problem_statement"] for name in ("val", "test") for i in self.split(data_dir, name)}
+        extra = generator.make_instances(seed + 104729, 200, "pretrain", set())
+        texts = []
+        for inst in self.split(data_dir, "pool") + extra:
+            if inst["problem_statement"] in held_out:
+                continue
+            texts.append(inst["problem_statement"])
+            texts += [t for p, t in inst["files"].items() if p.endswith(".py")]
+        rng = random.Random(seed)
+        return [rng.choice(texts) for _ in range(n)]
+
+    # --- systems ----------------------------------------------------------------------------
+    def write_initial_system(
+        self, ws: Path, task: TaskConfig, trainer: TrainerConfig, data_dir: Path
+    ) -> None:
+        """A few rows, some with wrong edits; the configured trainer; the plain harness."""
+        rows = datatools.make_rows(self.split(data_dir, "pool"), task.initial_data_size, task.data_seed,
+                                   flawed=task.initial_noise)  # fmt: skip
+        config = trainer_dict(trainer) | {"max_length": max(trainer.max_length, MIN_POSITIONS)}
+        self._write(ws, rows, config, "plain")
+
+    def write_reference_system(self, ws: Path, task: TaskConfig, data_dir: Path) -> None:
+        rows = datatools.make_rows(self.split(data_dir, "pool"), REFERENCE_ROWS, task.data_seed + 1)
+        self._write(ws, rows, REFERENCE_TRAINER, "fuzzy")
+
+    def _write(self, ws: Path, rows: list[dict], trainer: dict, harness: str) -> None:
+        write_jsonl(ws / "data" / "train.jsonl", rows)
+        (ws / "trainer").mkdir(parents=True, exist_ok=True)
+        (ws / "trainer" / "config.json").write_text(json.dumps(trainer, indent=2) + "\n")
+        shutil.copytree(HARNESSES / harness, ws / "harness", dirs_exist_ok=True)
+        (ws / "README.md").write_text(WORKSPACE_README)
+
+    # --- episodes and scores ----------------------------------------------------------------
+    def episodes(self, data_dir: Path, split: str, task: TaskConfig, sandbox=None) -> list[SweEpisode]:
+        if sandbox is None:
+            raise ValueError("swe episodes apply patches and run tests: they need a sandbox")
+        scratch = Path(tempfile.mkdtemp(prefix=f"vtb-swe-{split}-"))
+        return [SweEpisode(i, sandbox, scratch) for i in self.split(data_dir, split)]
+
+    def metrics(self, episodes: list[SweEpisode], task: TaskConfig) -> dict:
+        reports = {ep.id: ep.grade()[0][ep.id] for ep in episodes}
+        by_bug: dict[str, list[float]] = {}
+        for ep in episodes:
+            by_bug.setdefault(ep.instance.get("bug", "?"), []).append(ep.reward())
+        return {
+            "resolved": sum(r["resolved"] for r in reports.values()),
+            "patch_applied": sum(r["patch_successfully_applied"] for r in reports.values()),
+            "empty_patches": sum(not r["patch_exists"] for r in reports.values()),
+            "by_bug": {k: round(sum(v) / len(v), 3) for k, v in sorted(by_bug.items())},
+        }
+
+    def artifacts(self, episodes: list[SweEpisode]) -> dict:
+        """SWE-bench's files: per-instance report.json, the predictions and the run report."""
+        out: dict = {f"logs/{ep.id}/report.json": ep.grade()[0] for ep in episodes}
+        out["predictions.jsonl"] = "".join(json.dumps(ep.prediction()) + "\n" for ep in episodes)
+        reports = {ep.id: ep.grade()[0][ep.id] for ep in episodes}
+        out["report.json"] = grading.run_summary(reports, [ep.id for ep in episodes])
+        return out
+
+
+def _text(instance: dict) -> str:
+    return (
+        instance["problem_statement"]
+        + "\n"
+        + "\n".join(instance["files"].values())
+        + "\n"
+        + instance["patch"]
+    )
+
+
+def _real_splits(task: TaskConfig) -> tuple[list[dict], list[dict], list[dict]]:
+    """Real SWE-bench instances are read and checked, but not run here (see the error)."""
+    from vtb.domains.swe import loaders
+
+    if not task.path:
+        raise ValueError(
+            "task.source=swe_bench needs task.path=<local .json/.jsonl/.parquet or HF dataset name>"
+        )
+    instances = loaders.load_instances(task.path)
+    raise ValueError(
+        f"task.source=swe_bench: read {len(instances)} instances from {task.path}, but a real instance "
+        "needs its repository and environment, which the official SWE-bench harness images provide: "
+        "run it with sandbox=docker (README, 'Real SWE-bench'); sandbox=bwrap runs the embedded instances"
+    )

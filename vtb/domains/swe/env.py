@@ -1,0 +1,59 @@
+"""Orchestrator-side SWE episodes: the issue and the repository in, a patch out, hidden tests here.
+
+The start message carries only what SWE-bench gives a model: the problem statement, the repo
+name and the repository's files at base_commit (an allow-list: never `patch`, `test_patch`,
+FAIL_TO_PASS or PASS_TO_PASS). The answer is a prediction in SWE-bench's form; grading applies
+it with the fallback chain, adds the hidden tests only then, and runs them in a sandbox.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from vtb.domains.swe import grading
+from vtb.runner import SingleTurn
+from vtb.sandbox.base import Limits, Sandbox
+
+TEST_LIMITS = Limits(wall_seconds=20, cpu_seconds=20, memory_mb=2048, max_processes=128)
+
+
+class SweEpisode(SingleTurn):
+    def __init__(self, instance: dict, sandbox: Sandbox, scratch: Path, model_name: str = "vtb-system"):
+        start = {"type": "start", "episode": instance["instance_id"], "domain": "swe", "observation": {
+            "instance_id": instance["instance_id"], "repo": instance["repo"],
+            "problem_statement": instance["problem_statement"], "files": instance["files"]}}  # fmt: skip
+        super().__init__(start)
+        self.instance, self.sandbox, self.scratch, self.model_name = instance, sandbox, scratch, model_name
+        self._graded: tuple[dict, str] | None = None
+
+    def prediction(self) -> dict:
+        """The SWE-bench prediction this episode produced."""
+        patch = (
+            self.action.get("patch")
+            if isinstance(self.action, dict) and self.action.get("type") == "patch"
+            else None
+        )
+        return {"instance_id": self.id, "model_name_or_path": self.model_name,
+                "model_patch": patch if isinstance(patch, str) else ""}  # fmt: skip
+
+    def grade(self) -> tuple[dict, str]:
+        """SWE-bench's per-instance report.json content and the test log (graded once)."""
+        if self._graded is None:
+            work = self.scratch / self.id
+            try:
+                self._graded = grading.grade(
+                    self.instance, self.prediction()["model_patch"], self.sandbox, TEST_LIMITS, work
+                )
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+        return self._graded
+
+    def reward(self) -> float:
+        report = self.grade()[0]
+        return 1.0 if report[self.id]["resolved"] else 0.0
+
+    def record(self) -> dict:
+        report, log = self.grade()
+        return {"id": self.id, "reward": self.reward(), "failure": self.failure,
+                "prediction": self.prediction(), "report": report[self.id], "test_log_tail": log[-2000:]}  # fmt: skip

@@ -1,0 +1,1 @@
+"""The terminal-operation domain: Terminal-Bench-style shell tasks graded by hidden pytest checks."""

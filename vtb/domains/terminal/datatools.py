@@ -1,0 +1,103 @@
+"""Data tools for terminal systems, usable by research agents inside their sandbox.
+
+    python -m vtb.domains.terminal.datatools from-pool /data/pool.jsonl data/train.jsonl --n 800
+    python -m vtb.domains.terminal.datatools check data/train.jsonl --pool /data/pool.jsonl
+    python -m vtb.domains.terminal.datatools clean data/train.jsonl data/clean.jsonl --pool /data/pool.jsonl
+
+Rows are SFT rows {"prompt", "completion"} in the prompting.py format, with the task's id. A
+row is correct when its command is the train task's reference solution (solution.sh).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from pathlib import Path
+
+from vtb.domains.math.datatools import read_jsonl, write_jsonl
+from vtb.domains.terminal import prompting
+
+FLAWS = ("wrong_value", "other_template", "truncated")
+
+
+def solution_command(task: dict) -> str:
+    """The solution as one command line (comment and shebang lines dropped)."""
+    lines = [ln.strip() for ln in task["solution"].splitlines()]
+    return " && ".join(ln for ln in lines if ln and not ln.startswith("#"))
+
+
+def row(task: dict, command: str) -> dict:
+    return {"id": task["id"], "template": task.get("template")} | prompting.sft_row(
+        task["instruction"], command
+    )
+
+
+def flawed_command(task: dict, pool: list[dict], rng: random.Random) -> str:
+    """A plausible wrong command: another task's values, another template, or cut short."""
+    flaw = rng.choice(FLAWS)
+    same = [t for t in pool if t.get("template") == task.get("template") and t["id"] != task["id"]]
+    other = [t for t in pool if t.get("template") != task.get("template")]
+    good = solution_command(task)
+    if flaw == "wrong_value" and same:
+        return solution_command(rng.choice(same))
+    if flaw == "other_template" and other:
+        return solution_command(rng.choice(other))
+    words = good.split()
+    return " ".join(words[: max(1, 2 * len(words) // 3)])
+
+
+def make_rows(pool: list[dict], n: int, seed: int, flawed: float = 0.0) -> list[dict]:
+    """n rows over the pool's tasks (each task once before any repeats); a `flawed` share wrong."""
+    rng = random.Random(seed)
+    order = list(pool)
+    rng.shuffle(order)
+    picked = [order[i % len(order)] for i in range(n)]
+    bad = set(rng.sample(range(n), round(n * flawed)))
+    return [
+        row(t, flawed_command(t, pool, rng) if i in bad else solution_command(t))
+        for i, t in enumerate(picked)
+    ]
+
+
+def is_correct(r: dict, by_instruction: dict[str, dict]) -> bool:
+    task = by_instruction.get(r.get("prompt", ""))
+    return task is not None and prompting.command_of(r.get("completion", "")) == solution_command(task)
+
+
+def _index(pool: list[dict]) -> dict[str, dict]:
+    return {prompting.prompt(t["instruction"]): t for t in pool}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m vtb.domains.terminal.datatools", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("from-pool", help="SFT rows from train tasks' reference solutions")
+    p.add_argument("pool"), p.add_argument("out")
+    p.add_argument("--n", type=int, default=800), p.add_argument("--seed", type=int, default=0)
+    for name, text in (("check", "count rows whose command is not the reference solution"),
+                       ("clean", "keep only rows whose command is the reference solution")):  # fmt: skip
+        p = sub.add_parser(name, help=text)
+        p.add_argument("rows")
+        if name == "clean":
+            p.add_argument("out")
+        p.add_argument("--pool", default="/data/pool.jsonl")
+    args = ap.parse_args(argv)
+    if args.cmd == "from-pool":
+        rows = make_rows(read_jsonl(Path(args.pool)), args.n, args.seed)
+        write_jsonl(Path(args.out), rows)
+        print(f"wrote {len(rows)} rows to {args.out}")
+        return 0
+    index = _index(read_jsonl(Path(args.pool)))
+    rows = read_jsonl(Path(args.rows))
+    good = [r for r in rows if is_correct(r, index)]
+    print(f"{len(good)}/{len(rows)} rows have the reference command")
+    if args.cmd == "clean":
+        write_jsonl(Path(args.out), good)
+        print(f"wrote {len(good)} rows to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""The terminal domain as the pipeline sees it: task splits, systems, sandboxed episodes, scores.
+
+Embedded splits are fixed by task.data_seed. The research sandbox gets the train tasks in full
+(research/pool.jsonl, and as Terminal-Bench folders under research/tasks/: instruction,
+initial files, tests and solution.sh) and only the ids and templates of the val tasks; val
+and test tasks in full live in hidden/, and their tests only ever enter a grading sandbox.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import tempfile
+from pathlib import Path
+
+from vtb.config import TaskConfig, TrainerConfig
+from vtb.domains.math.datatools import read_jsonl, write_jsonl
+from vtb.domains.math.domain import trainer_dict
+from vtb.domains.terminal import datatools, generator, taskdir
+from vtb.domains.terminal.env import TerminalEpisode, pass_at_k
+
+HARNESSES = Path(__file__).parent / "harnesses"
+REFERENCE_TRAINER = {"method": "full", "lr": 3e-3, "epochs": 6, "batch_size": 16, "lr_schedule": "cosine"}
+REFERENCE_ROWS = 800
+VOCAB_TASKS = 3000  # generated tasks whose words make the tokenizer's vocabulary
+
+WORKSPACE_README = """# Workspace of the agent system (terminal: shell tasks, graded by hidden tests)
+
+- data/train.jsonl  SFT rows {"prompt": "task: <instruction>\\n$ ", "completion": "<command>\\n"}.
+- trainer/config.json  settings of vtb.engine.sft (see the math README for the fields).
+- harness/harness.py  the agent: speaks the JSON-lines protocol (vtb/protocol.py). Each message
+  carries the instruction and the commands run so far ({"command", "output", "exit_code",
+  "timed_out"}); it answers {"type": "shell", "command": "..."} or {"type": "answer"} when done.
+  Each episode has its own shell in a fresh sandbox, rooted at /app. Model at $VTB_MODEL_DIR.
+- /data/pool.jsonl  train tasks (instruction, files, solution, tests); /data/tasks/<id>/ the same
+  as Terminal-Bench folders; /data/val.jsonl  val task ids and templates only.
+- Data tools: python -m vtb.domains.terminal.datatools {from-pool,check,clean} --help
+"""
+
+
+class TerminalDomain:
+    name = "terminal"
+
+    # --- provisioning -----------------------------------------------------------------------
+    def provision(self, task: TaskConfig, out: Path) -> dict:
+        if task.source == "embedded":
+            taken: set = set()
+            test = generator.make_tasks(task.data_seed + 1, task.n_test, "test", taken)
+            val = generator.make_tasks(task.data_seed + 2, task.n_val, "val", taken)
+            pool = generator.make_tasks(task.data_seed + 3, task.n_pool, "train", taken)
+        else:
+            test, val, pool = _real_splits(task)
+        research, hidden = out / "research", out / "hidden"
+        write_jsonl(research / "pool.jsonl", pool)
+        for t in pool:
+            taskdir.write_task(t, research / "tasks" / t["id"])
+        write_jsonl(research / "val.jsonl", [{"id": t["id"], "template": t.get("template")} for t in val])
+        write_jsonl(hidden / "val.jsonl", val)
+        write_jsonl(hidden / "test.jsonl", test)
+        return {"pool": len(pool), "val": len(val), "test": len(test)}
+
+    def split(self, data_dir: Path, name: str) -> list[dict]:
+        if name == "pool":
+            return read_jsonl(data_dir / "research" / "pool.jsonl")
+        return read_jsonl(data_dir / "hidden" / f"{name}.jsonl")
+
+    # --- the tiny base model ----------------------------------------------------------------
+    def tokenizer_spec(self, task: TaskConfig, data_dir: Path) -> dict:
+        """Every piece of instructions and commands the generator can produce, kept exact (spaces)."""
+        corpus = [t["instruction"] + "\n" + t["solution"] for t in self.split(data_dir, "pool")]
+        corpus += [t["instruction"] + "\n" + t["solution"]
+                   for t in generator.make_tasks(task.data_seed + 7919, VOCAB_TASKS, "vocab", set())]  # fmt: skip
+        for name in ("val", "test"):  # their words, never their solutions
+            corpus += [t["instruction"] for t in self.split(data_dir, name)]
+        return {"words": corpus, "number_max": 999, "mode": "exact"}
+
+    def pretraining_texts(self, task: TaskConfig, data_dir: Path, n: int, seed: int) -> list[str]:
+        """Shell text a base model could have read: task descriptions, and commands, apart.
+
+        Instructions and commands of train tasks and of other generated tasks, each as a text of
+        its own (never paired, never in the prompt format), and never val/test instructions.
+        """
+        held_out = {t["instruction"] for name in ("val", "test") for t in self.split(data_dir, name)}
+        extra = generator.make_tasks(seed + 104729, max(1, n // 4), "pretrain", set())
+        tasks = [t for t in self.split(data_dir, "pool") + extra if t["instruction"] not in held_out]
+        texts = [t["instruction"] for t in tasks] + [datatools.solution_command(t) for t in tasks]
+        rng = random.Random(seed)
+        return [rng.choice(texts) for _ in range(n)]
+
+    # --- systems ----------------------------------------------------------------------------
+    def write_initial_system(
+        self, ws: Path, task: TaskConfig, trainer: TrainerConfig, data_dir: Path
+    ) -> None:
+        """A few rows, some with wrong commands; the configured trainer; the plain harness."""
+        rows = datatools.make_rows(self.split(data_dir, "pool"), task.initial_data_size, task.data_seed,
+                                   flawed=task.initial_noise)  # fmt: skip
+        self._write(ws, rows, trainer_dict(trainer), "plain")
+
+    def write_reference_system(self, ws: Path, task: TaskConfig, data_dir: Path) -> None:
+        rows = datatools.make_rows(self.split(data_dir, "pool"), REFERENCE_ROWS, task.data_seed + 1)
+        self._write(ws, rows, REFERENCE_TRAINER, "retry")
+
+    def _write(self, ws: Path, rows: list[dict], trainer: dict, harness: str) -> None:
+        write_jsonl(ws / "data" / "train.jsonl", rows)
+        (ws / "trainer").mkdir(parents=True, exist_ok=True)
+        (ws / "trainer" / "config.json").write_text(json.dumps(trainer, indent=2) + "\n")
+        shutil.copytree(HARNESSES / harness, ws / "harness", dirs_exist_ok=True)
+        (ws / "README.md").write_text(WORKSPACE_README)
+
+    # --- episodes and scores ----------------------------------------------------------------
+    def episodes(self, data_dir: Path, split: str, task: TaskConfig, sandbox=None) -> list[TerminalEpisode]:
+        if sandbox is None:
+            raise ValueError("terminal episodes run commands: they need a sandbox")
+        scratch = Path(tempfile.mkdtemp(prefix=f"vtb-terminal-{split}-"))
+        trials = task.trials if split == "test" else task.val_trials
+        return [TerminalEpisode(t, trial, sandbox, scratch, task.max_steps_per_episode)
+                for t in self.split(data_dir, split) for trial in range(trials)]  # fmt: skip
+
+    def metrics(self, episodes: list[TerminalEpisode], task: TaskConfig) -> dict:
+        by_task: dict[str, list[bool]] = {}
+        by_template: dict[str, list[float]] = {}
+        for ep in episodes:
+            r = ep.reward()
+            by_task.setdefault(ep.task["id"], []).append(r >= 1.0)
+            by_template.setdefault(ep.task.get("template", "?"), []).append(r)
+        trials = min((len(v) for v in by_task.values()), default=0)
+        out = {f"pass@{k}": round(pass_at_k(by_task, k), 4) for k in range(1, min(trials, task.pass_k) + 1)}
+        out["by_template"] = {k: round(sum(v) / len(v), 3) for k, v in sorted(by_template.items())}
+        out["commands"] = sum(len(ep.history) for ep in episodes)
+        out["declared_done"] = sum(ep.finished for ep in episodes)
+        out["timeouts"] = sum(ep.timeout for ep in episodes)
+        out["harness_failures"] = sum(ep.failure is not None for ep in episodes)
+        return out
+
+
+def _real_splits(task: TaskConfig) -> tuple[list[dict], list[dict], list[dict]]:
+    """Terminal-Bench / Harbor task folders under task.path, shuffled (fixed seed) into splits."""
+    if not task.path:
+        raise ValueError("task.source=terminal_bench needs task.path=<folder of task folders>")
+    tasks = taskdir.load_tasks(Path(task.path))
+    random.Random(task.data_seed).shuffle(tasks)
+    test, val = tasks[: task.n_test], tasks[task.n_test : task.n_test + task.n_val]
+    return test, val, tasks[task.n_test + task.n_val :]

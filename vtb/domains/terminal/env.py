@@ -1,0 +1,132 @@
+"""Orchestrator-side terminal episodes: a sandboxed shell per episode, hidden tests at the end.
+
+The harness sees the instruction and the commands it ran with their output; it answers with
+`{"type": "shell", "command": ...}` or declares the task done with `{"type": "answer"}`. Each
+episode has its own /app folder (a copy of the task's files) and its own persistent shell in a
+fresh sandbox with no network. The hidden tests never enter that sandbox: they are copied into
+another one, read-only, only after the agent is done (grading.run_tests), as Terminal-Bench does.
+Resolved = every parsed test passed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from math import comb
+from pathlib import Path
+
+from vtb.domains.terminal import grading
+from vtb.domains.terminal.shell import ShellSession
+from vtb.sandbox.base import Limits, Sandbox
+
+MAX_STEPS = 10  # commands per episode
+MAX_PROCESSES = 128  # per shell: a fork bomb stops here (sandbox pids cap)
+MEMORY_MB = 2048
+
+
+def materialize(files: dict, app_dir: Path) -> None:
+    """Write a task's initial /app files (relpath -> {"content", "mode"}) under app_dir."""
+    app_dir.mkdir(parents=True, exist_ok=True)
+    for rel, spec in files.items():
+        path = (app_dir / rel).resolve()
+        if not path.is_relative_to(app_dir.resolve()):
+            raise ValueError(f"task file {rel!r} is outside /app")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(spec["content"])
+        path.chmod(int(spec.get("mode", 0o644)))
+
+
+class TerminalEpisode:
+    def __init__(self, task: dict, trial: int, sandbox: Sandbox, scratch: Path, max_steps: int = MAX_STEPS):
+        self.task, self.trial, self.sandbox, self.max_steps = task, trial, sandbox, max_steps
+        self.id = f"{task['id']}.t{trial}"
+        self.folder = scratch / self.id
+        self.app_dir = self.folder / "app"
+        materialize(task.get("files", {}), self.app_dir)
+        self.history: list[dict] = []  # {"command", "output", "exit_code", "timed_out"}
+        self.finished = False  # the agent declared it done
+        self.timeout = False  # out of steps or of the task's agent time
+        self.failure: str | None = None
+        self.time_limit = float(task.get("max_agent_timeout_sec", 60))
+        self.started: float | None = None
+        self.shell: ShellSession | None = None
+        self.shell_usage: dict = {}
+        self._grade: tuple[dict, str] | None = None
+
+    @property
+    def over(self) -> bool:
+        return self.finished or self.timeout or self.failure is not None
+
+    # --- runner.Episode ---------------------------------------------------------------------
+    def message(self, fresh: bool) -> dict:
+        observation = {"instruction": self.task["instruction"], "history": self.history,
+                       "max_steps": self.max_steps, "trial": self.trial}  # fmt: skip
+        return {"type": "start" if fresh else "observation", "episode": self.id, "domain": "terminal",
+                "observation": observation}  # fmt: skip
+
+    def step(self, action: dict) -> bool:
+        kind = action.get("type")
+        if kind in ("answer", "message"):
+            self.finished = True
+        elif kind == "shell" and isinstance(action.get("command"), str):
+            self.history.append({"command": action["command"], **self._run(action["command"])})
+        else:
+            self.history.append({"command": None, "output": f"(not run: action {kind!r} is not a shell "
+                                 "command or a final answer)", "exit_code": None, "timed_out": False})  # fmt: skip
+        if not self.finished and (len(self.history) >= self.max_steps or self._time_left() <= 0):
+            self.timeout = True
+        if self.over:
+            self._close()
+        return not self.over
+
+    def fail(self, reason: str) -> None:
+        self.failure = reason
+        self._close()
+
+    def _time_left(self) -> float:
+        return self.time_limit - (time.monotonic() - self.started) if self.started else self.time_limit
+
+    def _run(self, command: str) -> dict:
+        if self.shell is None:
+            self.started = self.started or time.monotonic()
+            limits = Limits(wall_seconds=self.time_limit + 5, cpu_seconds=self.time_limit + 5,
+                            memory_mb=MEMORY_MB, max_processes=MAX_PROCESSES)  # fmt: skip
+            self.shell = ShellSession(self.sandbox, self.app_dir, limits)
+        return self.shell.run(command, timeout=max(0.5, self._time_left()))
+
+    def _close(self) -> None:
+        if self.shell is not None:
+            self.shell_usage = self.shell.close()
+            self.shell = None
+
+    # --- scoring ----------------------------------------------------------------------------
+    def grade(self) -> tuple[dict, str]:
+        """Run the hidden tests on the final /app once (whatever ended the episode), then drop it."""
+        if self._grade is None:
+            self._close()
+            limit = float(self.task.get("max_test_timeout_sec", 30))
+            limits = Limits(wall_seconds=limit, cpu_seconds=limit, memory_mb=MEMORY_MB,
+                            max_processes=MAX_PROCESSES)  # fmt: skip
+            self._grade = grading.run_tests(self.sandbox, self.app_dir, self.task, limits)
+            shutil.rmtree(self.folder, ignore_errors=True)
+        return self._grade
+
+    def reward(self) -> float:
+        return 1.0 if grading.resolved(self.grade()[0]) else 0.0
+
+    def record(self) -> dict:
+        statuses, log = self.grade()
+        return {"id": self.id, "task": self.task["id"], "trial": self.trial, "reward": self.reward(),
+                "finished": self.finished, "timeout": self.timeout, "failure": self.failure,
+                "history": self.history, "tests": statuses, "test_log_tail": log[-2000:]}  # fmt: skip
+
+
+def pass_at_k(results: dict[str, list[bool]], k: int) -> float:
+    """Unbiased pass@k (Chen et al. 2021): mean over tasks of 1 - C(n-c, k) / C(n, k)."""
+    values = []
+    for task, res in results.items():
+        n, c = len(res), sum(res)
+        if n < k:
+            raise ValueError(f"task {task} has {n} trials, fewer than k={k}")
+        values.append(1.0 - comb(n - c, k) / comb(n, k))
+    return sum(values) / max(1, len(values))

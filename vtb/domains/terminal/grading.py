@@ -1,0 +1,142 @@
+"""Hidden-test grading of a terminal task: run its tests against the final /app, in a sandbox.
+
+The tests are the task's, trusted; /app is the agent's, not. So the tests are copied into a
+fresh directory mounted read-only at /tests, pytest runs from there with `-P` (no cwd or script
+dir on sys.path), its rootdir and conftest search pinned to /tests, no cache, no plugin
+autoloading and no bytecode writes. Whatever the agent planted in /app (a conftest.py, a
+pytest.py shim, sitecustomize.py) is never on any path pytest or Python looks at.
+
+Terminal-Bench tasks are graded like Terminal-Bench's pytest parser: per-test statuses from the
+`-rA` short summary. Harbor tasks run their tests/test.sh, which writes a reward to
+/logs/verifier/reward.txt (or reward.json); their only "test" is that reward. Note that many
+published Harbor test.sh scripts install pytest with curl/uv first, which the offline sandbox
+cannot do; ours needs them to use the Python on PATH.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+from vtb.domains.terminal.taskdir import write_files
+from vtb.sandbox.base import Limits, Mount, Sandbox
+from vtb.sandbox.runtime import runtime_mounts
+
+STATUSES = ("PASSED", "FAILED", "ERROR", "SKIPPED", "XFAIL", "XPASS")
+NEUTRAL = ("SKIPPED", "XFAIL")  # checked nothing, but did not fail either (pytest's own exit status)
+SUMMARY_RE = re.compile(r"^=+ short test summary info =+\s*$", re.MULTILINE)
+SKIP_RE = re.compile(r"^\[\d+\] (.+?:\d+): ")  # "SKIPPED [1] test_x.py:8: reason"
+SEVERITY = {"PASSED": 0, "SKIPPED": 1, "XFAIL": 1, "XPASS": 2, "FAILED": 3, "ERROR": 3}
+MESSAGE = " - "
+MAX_LOG_CHARS = 20000
+TEST_ENV = {
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONSAFEPATH": "1",  # also for any `python` a Harbor test.sh starts
+    "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",  # task tests use the standard library and pytest only
+    "TEST_DIR": "/tests",
+}
+
+
+def parse_pytest_rA(log: str) -> dict[str, str]:
+    """Test id -> status from pytest's `-rA` short summary (the last one in the log).
+
+    Ids are node ids as printed (`tests/test_outputs.py::test_count[a b]`); a skip line names
+    its location (`test_x.py:8`) and a collection error its file. A test listed twice (passed,
+    then errored in teardown) keeps its worst status. Without a summary header every line of
+    the log is read, so hand-written summary lines parse too.
+    """
+    headers = list(SUMMARY_RE.finditer(log))
+    body = log[headers[-1].end() :] if headers else log
+    out: dict[str, str] = {}
+    for line in body.splitlines():
+        status, _, rest = line.strip().partition(" ")
+        if status not in STATUSES or not rest.strip():
+            continue
+        test_id = _test_id(status, rest.strip())
+        if test_id and SEVERITY[status] >= SEVERITY[out.get(test_id, "PASSED")]:
+            out[test_id] = status
+    return out
+
+
+def _test_id(status: str, rest: str) -> str:
+    """The node id at the start of `rest`, without the " - message" that may follow it."""
+    if status == "SKIPPED" and (m := SKIP_RE.match(rest)):
+        return m.group(1)
+    before_message = rest.split(MESSAGE, 1)[0]
+    start = before_message.find("[")
+    if "::" not in rest or start < 0:
+        return before_message
+    # Parametrized: the id may itself hold " - " and brackets. Prefer the bracket that closes the
+    # first "[", else the first "]" that ends the line or is followed by a message.
+    ends = [
+        i for i, c in enumerate(rest) if c == "]" and (i + 1 == len(rest) or rest.startswith(MESSAGE, i + 1))
+    ]
+    depth = 0
+    for i in range(start, len(rest)):
+        depth += {"[": 1, "]": -1}.get(rest[i], 0)
+        if depth == 0:
+            if i in ends:
+                return rest[: i + 1]
+            break
+    return rest[: ends[0] + 1] if ends else before_message
+
+
+def resolved(statuses: dict[str, str]) -> bool:
+    """Whether the task is solved: some test PASSED and none FAILED, ERRORed or XPASSed.
+
+    SKIPPED and XFAIL count as neither (pytest's exit status treats them the same way), but a
+    run of only skips is not a solve. An XPASS fails: the state is not what the author expected.
+    """
+    values = list(statuses.values())
+    return "PASSED" in values and all(v == "PASSED" or v in NEUTRAL for v in values)
+
+
+def run_tests(sandbox: Sandbox, app_dir: Path, task: dict, limits: Limits) -> tuple[dict[str, str], str]:
+    """Grade the state in `app_dir`; returns (statuses, log). Call after the agent's shell is closed.
+
+    The wall limit is the task's max_test_timeout_sec; a killed run or a pytest exit code that
+    contradicts an all-passed summary adds an "<...>": "ERROR" entry, so it never resolves.
+    """
+    limits = dataclasses.replace(limits, wall_seconds=float(task.get("max_test_timeout_sec", 30)))
+    harbor = task.get("format") == "harbor"
+    with tempfile.TemporaryDirectory(prefix="vtb-grade-") as tmp:
+        tests, logs = Path(tmp) / "tests", Path(tmp) / "verifier"
+        tests.mkdir()
+        logs.mkdir()
+        write_files(task["tests"], tests)
+        mounts = runtime_mounts() + [Mount(tests, "/tests"), Mount(Path(app_dir), "/app", writable=True)]
+        if harbor:
+            argv = ["/bin/bash", "/tests/test.sh"]
+            mounts.append(Mount(logs, "/logs/verifier", writable=True))
+        else:
+            argv = [sys.executable, "-P", "-m", "pytest", "/tests/test_outputs.py", "-rA"]
+            argv += ["-p", "no:cacheprovider", "--rootdir=/tests", "--confcutdir=/tests", "-q"]
+        result = sandbox.run(argv, mounts=mounts, limits=limits, cwd="/tests", env=TEST_ENV)
+        log = result.stdout[-MAX_LOG_CHARS:] + (
+            "\n--- stderr ---\n" + result.stderr[-4000:] if result.stderr else ""
+        )
+        statuses = _reward(logs) if harbor else parse_pytest_rA(result.stdout)
+    if result.killed:
+        statuses[f"<killed: {result.killed}>"] = "ERROR"
+        log += f"\n[tests killed: {result.killed} limit]"
+    elif not harbor and result.returncode != 0 and resolved(statuses):
+        statuses[f"<pytest exit code {result.returncode}>"] = "ERROR"
+    return statuses, log
+
+
+def _reward(logs: Path) -> dict[str, str]:
+    """{"reward": PASSED/FAILED} from the verifier's reward file; {} if it wrote none."""
+    try:
+        if (logs / "reward.txt").is_file():
+            value = float((logs / "reward.txt").read_text().strip())
+        elif (logs / "reward.json").is_file():
+            value = float(json.loads((logs / "reward.json").read_text())["reward"])
+        else:
+            return {}
+    except (ValueError, KeyError, TypeError):
+        return {"reward": "ERROR"}
+    return {"reward": "PASSED" if value >= 1 else "FAILED"}

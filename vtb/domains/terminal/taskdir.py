@@ -1,0 +1,228 @@
+"""Task folders on disk: write ours in Terminal-Bench layout, read Terminal-Bench and Harbor folders.
+
+Both formats read into the same task dict as `generator.make_task` builds (plus "format"), so
+generated tasks and published ones run through one grading path.
+
+Terminal-Bench (v1) folder::
+
+    task.yaml            instruction, difficulty, category, tags, parser_name, timeouts
+    run-tests.sh         pytest on $TEST_DIR/test_outputs.py with -rA (the docker path runs it)
+    tests/test_outputs.py and any other test files
+    solution.sh          (or solution.yaml, a list of {command: ...})
+    Dockerfile           FROM vtb-terminal-base, COPY app/ /app/, WORKDIR /app
+    app/                 the initial /app
+
+Harbor / Terminal-Bench 2 folder::
+
+    task.toml            [metadata] difficulty/category/tags, [agent]/[verifier] timeout_sec
+    instruction.md
+    tests/test.sh        writes the reward (1 or 0) to /logs/verifier/reward.txt
+    solution/solve.sh
+    environment/         Dockerfile, and by our convention environment/app/ (the initial /app)
+
+Our convention for the initial files: with the bubblewrap backend a task's /app starts as a copy
+of `app/` (Terminal-Bench) or `environment/app/` (Harbor). A folder whose environment exists
+only as Dockerfile steps reads with empty "files"; it needs the docker backend to be faithful.
+Files must be UTF-8 text (the task dict is JSON); run-tests.sh is not read, because grading runs
+pytest itself (see grading.py).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tomllib
+from pathlib import Path, PurePosixPath
+
+import yaml
+
+BASE_IMAGE = "vtb-terminal-base"
+DEFAULT_AGENT_TIMEOUT = 360  # Terminal-Bench's defaults, for folders that leave them out
+DEFAULT_TEST_TIMEOUT = 60
+
+RUN_TESTS = """#!/bin/bash
+# Runs the hidden tests; the image vtb-terminal-base ships python3 and pytest.
+python3 -m pytest "$TEST_DIR/test_outputs.py" -rA
+"""
+DOCKERFILE = f"FROM {BASE_IMAGE}\nCOPY app/ /app/\nWORKDIR /app\n"
+
+
+def safe_relpath(rel: str) -> PurePosixPath:
+    """`rel` as a relative path that stays inside its folder; task dicts may come from anywhere."""
+    path = PurePosixPath(rel)
+    if not rel or path.is_absolute() or ".." in path.parts or "\0" in rel:
+        raise ValueError(f"unsafe relative path in a task: {rel!r}")
+    return path
+
+
+def write_files(files: dict[str, str], folder: Path) -> None:
+    """Write relpath -> text under `folder` (the tests/ of a task, a grading dir, ...)."""
+    for rel, text in files.items():
+        path = folder / safe_relpath(rel)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def write_app(task: dict, folder: Path) -> None:
+    """Materialise the task's initial /app (contents and modes) into `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for rel, spec in task["files"].items():
+        path = folder / safe_relpath(rel)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(spec["content"])
+        os.chmod(path, spec.get("mode", 0o644))
+
+
+def write_task(task: dict, folder: Path) -> None:
+    """Write a task in Terminal-Bench layout (see the module docstring) into `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "instruction": task["instruction"],
+        "author_email": "none",
+        "difficulty": task.get("difficulty", "easy"),
+        "category": task.get("category", ""),
+        "tags": list(task.get("tags", [])),
+        "parser_name": task.get("parser_name", "pytest"),
+        "max_agent_timeout_sec": task.get("max_agent_timeout_sec", DEFAULT_AGENT_TIMEOUT),
+        "max_test_timeout_sec": task.get("max_test_timeout_sec", DEFAULT_TEST_TIMEOUT),
+        "template": task.get("template", ""),  # ours; Terminal-Bench ignores unknown keys
+    }
+    (folder / "task.yaml").write_text(yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=1000))
+    _write_exec(folder / "run-tests.sh", RUN_TESTS)
+    _write_exec(folder / "solution.sh", f"#!/bin/bash\n{task['solution']}\n")
+    (folder / "Dockerfile").write_text(DOCKERFILE)
+    write_files(task["tests"], folder / "tests")
+    write_app(task, folder / "app")
+
+
+def _write_exec(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(0o755)
+
+
+def read_task(folder: Path) -> dict:
+    """The task dict of a Terminal-Bench or Harbor folder; ValueError names what is missing."""
+    folder = Path(folder)
+    if (folder / "task.yaml").is_file():
+        return _read_terminal_bench(folder)
+    if (folder / "task.toml").is_file():
+        return _read_harbor(folder)
+    raise ValueError(
+        f"{folder} is not a task folder: it has neither task.yaml (Terminal-Bench) nor task.toml (Harbor)"
+    )
+
+
+def load_tasks(path: Path) -> list[dict]:
+    """Every task folder directly under `path`, sorted by name (or `path` itself if it is one)."""
+    path = Path(path)
+    if (path / "task.yaml").is_file() or (path / "task.toml").is_file():
+        return [read_task(path)]
+    if not path.is_dir():
+        raise ValueError(f"no task folder at {path}")
+    return [read_task(p) for p in sorted(path.iterdir()) if p.is_dir() and not p.name.startswith(".")]
+
+
+def _require(folder: Path, rel: str, kind: str) -> Path:
+    path = folder / rel
+    if not path.is_file():
+        raise ValueError(f"{folder} looks like a {kind} task but has no {rel}")
+    return path
+
+
+def _read_terminal_bench(folder: Path) -> dict:
+    meta = yaml.safe_load((folder / "task.yaml").read_text()) or {}
+    if not isinstance(meta, dict) or not isinstance(meta.get("instruction"), str):
+        raise ValueError(f"{folder}/task.yaml has no instruction")
+    _require(folder, "tests/test_outputs.py", "Terminal-Bench")
+    solution = ""
+    if (folder / "solution.sh").is_file():
+        solution = _script_body((folder / "solution.sh").read_text())
+    elif (folder / "solution.yaml").is_file():
+        steps = yaml.safe_load((folder / "solution.yaml").read_text()) or []
+        solution = "\n".join(str(s["command"]) for s in steps if isinstance(s, dict) and "command" in s)
+    return _task(
+        folder,
+        "terminal-bench",
+        instruction=meta["instruction"].strip(),
+        meta=meta,
+        parser_name=meta.get("parser_name", "pytest"),
+        agent_timeout=meta.get("max_agent_timeout_sec"),
+        test_timeout=meta.get("max_test_timeout_sec"),
+        solution=solution,
+        app=folder / "app",
+    )
+
+
+def _read_harbor(folder: Path) -> dict:
+    with open(folder / "task.toml", "rb") as f:
+        config = tomllib.load(f)
+    instruction = _require(folder, "instruction.md", "Harbor").read_text().strip()
+    _require(folder, "tests/test.sh", "Harbor")
+    solve = folder / "solution" / "solve.sh"
+    return _task(
+        folder,
+        "harbor",
+        instruction=instruction,
+        meta=config.get("metadata", {}),
+        parser_name="reward",  # the verifier's reward file, not a pytest log
+        agent_timeout=config.get("agent", {}).get("timeout_sec"),
+        test_timeout=config.get("verifier", {}).get("timeout_sec"),
+        solution=_script_body(solve.read_text()) if solve.is_file() else "",
+        app=folder / "environment" / "app",
+    )
+
+
+def _task(folder, fmt, *, instruction, meta, parser_name, agent_timeout, test_timeout, solution, app) -> dict:
+    return {
+        "id": folder.name,
+        "template": meta.get("template") or "external",
+        "instruction": instruction,
+        "files": _read_app(app),
+        "solution": solution,
+        "tests": _read_tree(folder / "tests"),
+        "difficulty": meta.get("difficulty", "unknown"),
+        "category": meta.get("category", ""),
+        "tags": list(meta.get("tags") or []),
+        "parser_name": parser_name,
+        "max_agent_timeout_sec": _number(agent_timeout, DEFAULT_AGENT_TIMEOUT),
+        "max_test_timeout_sec": _number(test_timeout, DEFAULT_TEST_TIMEOUT),
+        "format": fmt,
+    }
+
+
+def _number(value, default: float) -> float | int:
+    if value is None:
+        return default
+    return int(value) if float(value).is_integer() else float(value)
+
+
+def _script_body(text: str) -> str:
+    """A shell script without its shebang line: what the agent would have typed."""
+    lines = text.splitlines()
+    if lines and lines[0].startswith("#!"):
+        lines = lines[1:]
+    return "\n".join(lines).strip()
+
+
+def _files_under(root: Path) -> list[Path]:
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text; task files must be text") from e
+
+
+def _read_tree(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): _text(p) for p in _files_under(root)}
+
+
+def _read_app(root: Path) -> dict[str, dict]:
+    return {
+        p.relative_to(root).as_posix(): {"content": _text(p), "mode": stat.S_IMODE(p.stat().st_mode)}
+        for p in _files_under(root)
+    }
