@@ -54,14 +54,18 @@ def _play(tmp_path: Path, data_dir: Path, patches: dict[str, str], code: str = S
     model.mkdir()
     sandbox = make_sandbox("bwrap")
     episodes = domain.episodes(data_dir, "test", TASK, sandbox=sandbox)
-    out = runner.play(sandbox, harness, model, episodes, limits=LIMITS, round_timeout_s=60, per_episode_timeout_s=1)
+    out = runner.play(
+        sandbox, harness, model, episodes, limits=LIMITS, round_timeout_s=60, per_episode_timeout_s=1
+    )
     return episodes, out, domain
 
 
 def test_gold_patches_resolve_every_test_instance_and_reports_have_swe_bench_shapes(tmp_path, data_dir):
     gold = {i["instance_id"]: i["patch"] for i in SweDomain().split(data_dir, "test")}
     episodes, out, domain = _play(tmp_path, data_dir, gold)
-    assert [ep.reward() for ep in episodes] == [1.0] * TASK.n_test, [ep.record() for ep in episodes if not ep.reward()]
+    assert [ep.reward() for ep in episodes] == [1.0] * TASK.n_test, [
+        ep.record() for ep in episodes if not ep.reward()
+    ]
     assert len(domain.metrics(episodes, TASK)["by_bug"]) >= 6
     files = domain.artifacts(episodes)
     report = files["report.json"]
@@ -94,13 +98,17 @@ def test_attacking_patches_do_not_resolve_and_a_looping_test_is_stopped(tmp_path
     )
     fix = instances[4]["fix"]
     files = instances[4]["files"]
-    loop_body = files[fix["path"]].replace(fix["old"], fix["old"].split(fix["old"].lstrip())[0] + "while True: pass")
+    loop_body = files[fix["path"]].replace(
+        fix["old"], fix["old"].split(fix["old"].lstrip())[0] + "while True: pass"
+    )
     patches = {
         instances[0]["instance_id"]: _new_file("conftest.py", force_pass),  # make every test pass
         instances[1]["instance_id"]: _new_file("tests/conftest.py", force_pass),
         instances[2]["instance_id"]: _new_file("../escape.py", "x = 1"),  # write outside the repo
         instances[3]["instance_id"]: _new_file("sitecustomize.py", "import os\nos._exit(0)"),
-        instances[4]["instance_id"]: patching.file_diff(fix["path"], files[fix["path"]], loop_body),  # tests loop
+        instances[4]["instance_id"]: patching.file_diff(
+            fix["path"], files[fix["path"]], loop_body
+        ),  # tests loop
     }
     episodes, out, domain = _play(tmp_path, data_dir, patches)
     for ep in episodes[:5]:

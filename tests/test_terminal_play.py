@@ -26,7 +26,9 @@ from vtb.sandbox.base import Limits
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (scripts/install.sh)")
 
 LIMITS = Limits(wall_seconds=300, cpu_seconds=300)
-TASK = TaskConfig(name="terminal", n_pool=16, n_val=8, n_test=24, trials=1, pass_k=1, max_steps_per_episode=10)
+TASK = TaskConfig(
+    name="terminal", n_pool=16, n_val=8, n_test=24, trials=1, pass_k=1, max_steps_per_episode=10
+)
 
 # Runs the commands listed for its episode's task in commands.json, one per turn, then says done.
 SCRIPTED = """
@@ -62,7 +64,9 @@ def _play(tmp_path: Path, data_dir: Path, plan: dict[str, list[str]], task: Task
     model.mkdir()
     sandbox = make_sandbox("bwrap")
     episodes = domain.episodes(data_dir, "test", task, sandbox=sandbox)
-    out = runner.play(sandbox, harness, model, episodes, limits=LIMITS, round_timeout_s=60, per_episode_timeout_s=1)
+    out = runner.play(
+        sandbox, harness, model, episodes, limits=LIMITS, round_timeout_s=60, per_episode_timeout_s=1
+    )
     return episodes, out, domain.metrics(episodes, task)
 
 
@@ -73,7 +77,9 @@ def _gold(data_dir: Path) -> dict[str, list[str]]:
 def test_the_gold_solutions_resolve_every_test_task(tmp_path, data_dir):
     episodes, out, metrics = _play(tmp_path, data_dir, _gold(data_dir))
     assert len(episodes) == TASK.n_test
-    assert [ep.reward() for ep in episodes] == [1.0] * len(episodes), [ep.record() for ep in episodes if not ep.reward()]
+    assert [ep.reward() for ep in episodes] == [1.0] * len(episodes), [
+        ep.record() for ep in episodes if not ep.reward()
+    ]
     assert metrics["pass@1"] == 1.0 and len(metrics["by_template"]) >= 8
     assert out.crashes == 0 and out.rounds == 2 and metrics["declared_done"] == len(episodes)
 
@@ -124,7 +130,9 @@ def test_attacks_fail_and_the_episode_is_graded_as_usual(tmp_path, data_dir, hos
     tasks = TerminalDomain().split(data_dir, "test")
     solved, attacked_only = tasks[0], tasks[1]
     plan = {solved["id"]: [*attacks, datatools.solution_command(solved)], attacked_only["id"]: attacks}
-    episodes, out, metrics = _play(tmp_path, data_dir, plan, TaskConfig(**{**TASK.__dict__, "max_steps_per_episode": 12}))
+    episodes, out, metrics = _play(
+        tmp_path, data_dir, plan, TaskConfig(**{**TASK.__dict__, "max_steps_per_episode": 12})
+    )
     by_task = {ep.task["id"]: ep for ep in episodes}
     assert by_task[solved["id"]].reward() == 1.0  # the attacks changed nothing: graded as usual
     assert by_task[attacked_only["id"]].reward() == 0.0  # planting conftest.py/pytest.py did not make it pass
@@ -155,7 +163,9 @@ def test_a_command_that_loops_or_forks_forever_is_stopped(tmp_path, data_dir):
     harness.mkdir(), model.mkdir()
     (harness / "harness.py").write_text(SCRIPTED)
     (harness / "commands.json").write_text(json.dumps(plan))
-    out = runner.play(sandbox, harness, model, episodes, limits=LIMITS, round_timeout_s=60, per_episode_timeout_s=1)
+    out = runner.play(
+        sandbox, harness, model, episodes, limits=LIMITS, round_timeout_s=60, per_episode_timeout_s=1
+    )
     loop, bomb, fine = episodes
     assert loop.history[0]["timed_out"] and loop.reward() == 0.0
     assert bomb.reward() == 0.0 and bomb.history[0]["exit_code"] != 0

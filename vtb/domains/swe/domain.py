@@ -83,19 +83,23 @@ class SweDomain:
         return {"words": corpus, "number_max": 999, "mode": "exact", "min_positions": MIN_POSITIONS}
 
     def pretraining_texts(self, task: TaskConfig, data_dir: Path, n: int, seed: int) -> list[str]:
-        """Code and issue text a base model could have read: source files and issues, apart.
+        """Code text a base model could have read: source files, and issues followed by their fix.
 
-        Source files and problem statements of train instances and of other generated repos, each
-        a text of its own (never an issue paired with its fix), never a val/test issue.
+        Train instances and other generated repos (like the code and commit history a real base
+        model has read), in plain text: an issue, the function, and the fix as `-`/`+` lines;
+        never the prompt format, never a val/test issue. (In the terminal domain, pre-training
+        on task texts apart from their solutions left the 1M model unable to copy values.)
         """
         held_out = {i["problem_statement"] for name in ("val", "test") for i in self.split(data_dir, name)}
-        extra = generator.make_instances(seed + 104729, 200, "pretrain", set())
+        extra = generator.make_instances(seed + 104729, 400, "pretrain", set())
         texts = []
         for inst in self.split(data_dir, "pool") + extra:
-            if inst["problem_statement"] in held_out:
+            found = datatools.view(inst)
+            if inst["problem_statement"] in held_out or found is None:
                 continue
-            texts.append(inst["problem_statement"])
-            texts += [t for p, t in inst["files"].items() if p.endswith(".py")]
+            old, new = datatools.gold_edit(inst)
+            texts.append(f"{inst['problem_statement']}\n" + "\n".join(found[1]) + f"\n- {old}\n+ {new}")
+            texts += [t for p, t in inst["files"].items() if p.endswith(".py") and not p.startswith("tests/")]
         rng = random.Random(seed)
         return [rng.choice(texts) for _ in range(n)]
 
