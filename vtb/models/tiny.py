@@ -31,9 +31,10 @@ _NO_PREFIX = "\x00\x00"
 # "ids" mode (tool-use domains): a run of letters, digits and underscores is one piece, so ids like
 # `mei_kim_3456`, `W8850172` or `find_user_id_by_email` are single tokens when the corpus has them.
 PIECE_IDS = r"[A-Za-z0-9_]+|\n|[^\sA-Za-z0-9_]"
-# "exact" mode (shell commands, code): like "ids", but every space, tab and newline is a token of
-# its own and decoding is plain concatenation, so generated text keeps its exact whitespace.
-PIECE_EXACT = r"[A-Za-z0-9_]+|\s|[^\sA-Za-z0-9_]"
+# "exact" mode (shell commands, code): like "ids", but a piece keeps one leading space (" grep",
+# " /"), other whitespace is a token of its own and decoding is plain concatenation, so text comes
+# back with its exact whitespace at about the length of "ids" (a space of its own doubled it).
+PIECE_EXACT = r" ?[A-Za-z0-9_]+| ?[^\sA-Za-z0-9_]|\s"
 
 
 def _word_forms(words: list[str]) -> list[str]:
@@ -54,8 +55,8 @@ def build_tokenizer(words: list[str], number_max: int, mode: str = "words") -> P
     of `words` (pass whole texts: records, schemas, phrases).
     Both decode by joining tokens with single spaces and no space around newlines, so
     `decode(encode(x))` is a normalised form of x that re-encodes to the same ids.
-    mode "exact": the "ids" vocabulary plus space and tab tokens; decoding concatenates, so
-    code and commands come back with their exact whitespace.
+    mode "exact": the "ids" vocabulary, each piece also with one leading space, plus lone space,
+    tab and newline; decoding concatenates, so code and commands keep their exact whitespace.
     """
     if mode in ("ids", "exact"):
         pieces = {p for w in words for p in re.findall(PIECE_IDS, w) if not p.isspace()}
@@ -68,8 +69,9 @@ def build_tokenizer(words: list[str], number_max: int, mode: str = "words") -> P
     else:
         raise ValueError(f"tokenizer mode {mode!r} is not one of words, ids, exact")
     vocab: dict[str, int] = {}
-    spaces = [" ", "\t"] if mode == "exact" else []
-    for token in [*SPECIALS, *SYMBOLS, *spaces, *(str(n) for n in range(number_max + 1)), *extra]:
+    if mode == "exact":  # every piece also with a leading space, and lone whitespace
+        extra = [*extra, *(" " + p for p in [*SYMBOLS, *(str(n) for n in range(number_max + 1)), *extra]), " ", "\t"]
+    for token in [*SPECIALS, *SYMBOLS, *(str(n) for n in range(number_max + 1)), *extra]:
         vocab.setdefault(token, len(vocab))
     backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     backend.add_special_tokens(SPECIALS)
