@@ -143,8 +143,8 @@ class RunRecord:
 
 
 def _passes(grade: dict) -> dict:
-    """pass^k figures of a multi-turn grading (tau), if any."""
-    return {k: v for k, v in grade.get("metrics", {}).items() if k.startswith("pass^")}
+    """pass^k (tau) or pass@k (terminal) figures of a grading, if any."""
+    return {k: v for k, v in grade.get("metrics", {}).items() if k.startswith(("pass^", "pass@"))}
 
 
 def attribute_gains(history: list[dict], chosen: dict) -> dict[str, float]:
@@ -175,7 +175,7 @@ def summary_table(result: dict) -> str:
     def score(entry: dict | None) -> str:
         if entry is None:
             return "-"
-        passes = {k: v for k, v in entry.items() if k.startswith("pass^") and k != "pass^1"}
+        passes = {k: v for k, v in entry.items() if k.startswith(("pass^", "pass@")) and k[5:] != "1"}
         extra = "".join(f"  {k} {v:.3f}" for k, v in passes.items())
         return f"{entry['test_score']:.3f}{extra}"
 
@@ -246,12 +246,13 @@ def write_report(run_dir: Path, result: dict, history: list[dict], grades: dict)
     for label in ("initial", "submitted", "reference"):
         metrics = grades.get(label, {}).get("metrics") or {}
         if metrics:
-            shown = {k: v for k, v in metrics.items() if k != "by_template"}
+            shown = {k: v for k, v in metrics.items() if not k.startswith("by_")}
             lines.append(f"- {label}: " + ", ".join(f"{k} {v}" for k, v in shown.items()))
-            if metrics.get("by_template"):
-                lines.append(
-                    "  by template: " + ", ".join(f"{k} {v:.2f}" for k, v in metrics["by_template"].items())
-                )
+            for key in ("by_template", "by_bug"):  # tau/terminal templates, swe bug templates
+                if metrics.get(key):
+                    lines.append(
+                        f"  {key.replace('_', ' ')}: " + ", ".join(f"{k} {v:.2f}" for k, v in metrics[key].items())
+                    )
     if "null_model_score" in sub:
         flag = "FLAGGED: the harness scores without the model" if sub["flagged"] else "not flagged"
         lines.append(

@@ -58,12 +58,12 @@ def build_tokenizer(words: list[str], number_max: int, mode: str = "words") -> P
     mode "exact": the "ids" vocabulary, each piece also with one leading space, plus lone space,
     tab and newline; decoding concatenates, so code and commands keep their exact whitespace.
     """
-    if mode in ("ids", "exact"):
+    if mode == "ids":
         pieces = {p for w in words for p in re.findall(PIECE_IDS, w) if not p.isspace()}
-        extra, pattern = (
-            sorted(pieces | {p.lower() for p in pieces} | {p.capitalize() for p in pieces}),
-            PIECE_IDS if mode == "ids" else PIECE_EXACT,
-        )
+        extra, pattern = sorted(pieces | {p.lower() for p in pieces} | {p.capitalize() for p in pieces}), PIECE_IDS
+    elif mode == "exact":  # no case variants: code and commands are case-sensitive anyway
+        pieces = {p for w in words for p in re.findall(PIECE_IDS, w) if not p.isspace()}
+        extra, pattern = sorted(pieces), PIECE_EXACT
     elif mode == "words":
         extra, pattern = _word_forms(words), PIECE
     else:

@@ -88,22 +88,28 @@ def _own_dir(fstype: str, opts_has: str | None) -> Path | None:
     return None
 
 
+def _writable_child(fstype: str, opt: str | None, needs: str) -> Path | None:
+    """Our cgroup dir in that hierarchy, if we may create a child there that has `needs` and joinable procs."""
+    try:
+        base = _own_dir(fstype, opt)
+        if base is None:
+            return None
+        probe = base / f"vtb-probe-{uuid.uuid4().hex[:8]}"
+        probe.mkdir()
+        ok = (probe / needs).exists() and os.access(probe / "cgroup.procs", os.W_OK)
+        probe.rmdir()
+        return base if ok else None
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 @functools.cache
 def _parent() -> tuple[Path, str] | None:
     """The first hierarchy in which we may create (and remove) a child cgroup, found once."""
     for fstype, opt, usage in (("cgroup2", None, "cpu.stat"), ("cgroup", "cpuacct", "cpuacct.usage")):
-        try:
-            base = _own_dir(fstype, opt)
-            if base is None:
-                continue
-            probe = base / f"vtb-probe-{uuid.uuid4().hex[:8]}"
-            probe.mkdir()
-            ok = (probe / usage).exists() and os.access(probe / "cgroup.procs", os.W_OK)
-            probe.rmdir()
-            if ok:
-                return base, usage
-        except (OSError, ValueError, IndexError):
-            continue
+        base = _writable_child(fstype, opt, usage)
+        if base is not None:
+            return base, usage
     return None
 
 
@@ -132,18 +138,9 @@ def create() -> CpuCgroup | None:
 def _pids_parent() -> Path | None:
     """Where we may create pids cgroups (v2 with the pids controller, or v1's pids hierarchy)."""
     for fstype, opt in (("cgroup2", None), ("cgroup", "pids")):
-        try:
-            base = _own_dir(fstype, opt)
-            if base is None:
-                continue
-            probe = base / f"vtb-probe-{uuid.uuid4().hex[:8]}"
-            probe.mkdir()
-            ok = (probe / "pids.max").exists() and os.access(probe / "cgroup.procs", os.W_OK)
-            probe.rmdir()
-            if ok:
-                return base
-        except (OSError, ValueError, IndexError):
-            continue
+        base = _writable_child(fstype, opt, "pids.max")
+        if base is not None:
+            return base
     return None
 
 

@@ -10,12 +10,10 @@ instance's gold fix (its one-line `fix`). A row is correct when its edit is that
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
-from pathlib import Path
 
-from vtb.domains.math.datatools import read_jsonl, write_jsonl
+from vtb.domains import rowtools
 from vtb.domains.swe import prompting
 
 FLAWS = ("other_fix", "no_change", "wrong_line")
@@ -78,33 +76,8 @@ def _index(pool: list[dict]) -> dict[str, dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m vtb.domains.swe.datatools", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("from-pool", help="SFT rows from train instances' gold fixes")
-    p.add_argument("pool"), p.add_argument("out")
-    p.add_argument("--n", type=int, default=600), p.add_argument("--seed", type=int, default=0)
-    for name, text in (("check", "count rows whose edit is not the gold fix"),
-                       ("clean", "keep only rows whose edit is the gold fix")):  # fmt: skip
-        p = sub.add_parser(name, help=text)
-        p.add_argument("rows")
-        if name == "clean":
-            p.add_argument("out")
-        p.add_argument("--pool", default="/data/pool.jsonl")
-    args = ap.parse_args(argv)
-    if args.cmd == "from-pool":
-        rows = make_rows(read_jsonl(Path(args.pool)), args.n, args.seed)
-        write_jsonl(Path(args.out), rows)
-        print(f"wrote {len(rows)} rows to {args.out}")
-        return 0
-    index = _index(read_jsonl(Path(args.pool)))
-    rows = read_jsonl(Path(args.rows))
-    good = [r for r in rows if is_correct(r, index)]
-    print(f"{len(good)}/{len(rows)} rows have the gold edit")
-    if args.cmd == "clean":
-        write_jsonl(Path(args.out), good)
-        print(f"wrote {len(good)} rows to {args.out}")
-    return 0
+    return rowtools.run_cli(argv, prog="python -m vtb.domains.swe.datatools", doc=__doc__, make_rows=make_rows, index=_index,
+                            is_correct=is_correct, default_n=600, gold="gold edit")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -73,7 +73,7 @@ class TerminalDomain:
                    for t in generator.make_tasks(task.data_seed + 7919, VOCAB_TASKS, "vocab", set())]  # fmt: skip
         for name in ("val", "test"):  # their words, never their solutions
             corpus += [t["instruction"] for t in self.split(data_dir, name)]
-        return {"words": corpus, "number_max": 999, "mode": "exact"}
+        return {"words": corpus, "number_max": 99, "mode": "exact"}
 
     def pretraining_texts(self, task: TaskConfig, data_dir: Path, n: int, seed: int) -> list[str]:
         """Shell text a base model could have read: a task description, then a command that does it.

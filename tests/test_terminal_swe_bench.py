@@ -1,0 +1,77 @@
+"""`task=terminal` and `task=swe` end to end, shrunk: real Prefect flows, bwrap sandboxes, training, grading."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import needs_bwrap
+
+pytestmark = [pytest.mark.slow, needs_bwrap()]
+
+SMALL = [
+    "model.n_layer=2", "model.n_embd=64", "model.pretrain_steps=20", "model.pretrain_texts=500",
+    "agent.max_iterations=3", "budget.limit=5e12",
+]  # fmt: skip
+TASKS = {
+    "terminal": [
+        "task=terminal",
+        "task.n_pool=40",
+        "task.n_val=8",
+        "task.n_test=8",
+        "task.initial_data_size=16",
+    ],
+    "swe": ["task=swe", "task.n_pool=30", "task.n_val=6", "task.n_test=6", "task.initial_data_size=12"],
+}
+
+
+def _run(tmp: Path, task: str) -> tuple:
+    from hydra import compose, initialize_config_dir
+
+    from flows.bench import CONF_DIR, run_bench, to_config
+
+    overrides = [*TASKS[task], *SMALL, f"runs_dir={tmp / 'runs'}", f"cache_dir={tmp / 'cache'}"]
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = to_config(compose(config_name="bench", overrides=overrides))
+    return cfg, run_bench(cfg)
+
+
+def _edited_parts(run_dir: Path) -> set[str]:
+    edited: dict = {}
+    for it in (1, 2, 3):
+        edited.update(json.loads((run_dir / "iterations" / f"{it:02d}.json").read_text())["edits"])
+    return set(edited)
+
+
+def test_terminal_run_grades_every_system_with_hidden_tests(tmp_path_factory, prefect_server):
+    cfg, result = _run(tmp_path_factory.mktemp("terminal"), "terminal")
+    run_dir = Path(result["record"])
+    for row in ("initial", "submitted", "reference"):
+        assert 0.0 <= result[row]["test_score"] <= 1.0 and "pass@1" in result[row]
+    grading = json.loads((run_dir / "grading.json").read_text())
+    assert grading["submitted"]["n"] == cfg.task.n_test * cfg.task.trials
+    assert grading["submitted"]["null_model_score"] == 0.0
+    sample = grading["submitted"]["samples"][0]
+    assert sample["tests"] and "history" in sample  # the hidden tests ran after the episode
+    assert {"harness", "data", "trainer"} <= _edited_parts(run_dir)
+    assert "vtb.domains.terminal.datatools from-pool" in "".join(
+        p.read_text() for p in (run_dir / "trajectories").glob("*.json")
+    )
+
+
+def test_swe_run_writes_swe_bench_reports(tmp_path_factory, prefect_server):
+    cfg, result = _run(tmp_path_factory.mktemp("swe"), "swe")
+    run_dir = Path(result["record"])
+    for row in ("initial", "submitted", "reference"):
+        assert 0.0 <= result[row]["test_score"] <= 1.0
+    summary = json.loads((run_dir / "grading" / "submitted" / "report.json").read_text())
+    assert summary["total_instances"] == cfg.task.n_test
+    assert summary["resolved_instances"] == round(result["submitted"]["test_score"] * cfg.task.n_test)
+    reports = list((run_dir / "grading" / "submitted" / "logs").glob("*/report.json"))
+    assert len(reports) == cfg.task.n_test
+    first = json.loads(reports[0].read_text())
+    assert set(next(iter(first.values()))) >= {"patch_exists", "patch_successfully_applied", "resolved"}
+    assert (run_dir / "grading" / "submitted" / "predictions.jsonl").exists()
+    assert {"harness", "data", "trainer"} <= _edited_parts(run_dir)
