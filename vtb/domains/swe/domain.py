@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import tempfile
 from pathlib import Path
 
 from vtb.config import TaskConfig, TrainerConfig
-from vtb.domains.math.datatools import read_jsonl, write_jsonl
+from vtb.domains import common
 from vtb.domains.math.domain import trainer_dict
 from vtb.domains.swe import datatools, generator, grading
 from vtb.domains.swe.env import SweEpisode
@@ -56,19 +55,10 @@ class SweDomain:
             pool = generator.make_instances(task.data_seed + 3, task.n_pool, "train", taken)
         else:
             test, val, pool = _real_splits(task)
-        write_jsonl(out / "research" / "pool.jsonl", pool)
-        write_jsonl(
-            out / "research" / "val.jsonl",
-            [{"instance_id": i["instance_id"], "bug": i.get("bug")} for i in val],
-        )
-        write_jsonl(out / "hidden" / "val.jsonl", val)
-        write_jsonl(out / "hidden" / "test.jsonl", test)
-        return {"pool": len(pool), "val": len(val), "test": len(test)}
+        return common.write_splits(out, pool, val, test, public=("instance_id", "bug"))
 
     def split(self, data_dir: Path, name: str) -> list[dict]:
-        if name == "pool":
-            return read_jsonl(data_dir / "research" / "pool.jsonl")
-        return read_jsonl(data_dir / "hidden" / f"{name}.jsonl")
+        return common.read_split(data_dir, name)
 
     # --- the tiny base model ----------------------------------------------------------------
     def tokenizer_spec(self, task: TaskConfig, data_dir: Path) -> dict:
@@ -119,11 +109,7 @@ class SweDomain:
         self._write(ws, rows, REFERENCE_TRAINER, "fuzzy")
 
     def _write(self, ws: Path, rows: list[dict], trainer: dict, harness: str) -> None:
-        write_jsonl(ws / "data" / "train.jsonl", rows)
-        (ws / "trainer").mkdir(parents=True, exist_ok=True)
-        (ws / "trainer" / "config.json").write_text(json.dumps(trainer, indent=2) + "\n")
-        shutil.copytree(HARNESSES / harness, ws / "harness", dirs_exist_ok=True)
-        (ws / "README.md").write_text(WORKSPACE_README)
+        common.write_system(ws, rows, trainer, HARNESSES / harness, WORKSPACE_README)
 
     # --- episodes and scores ----------------------------------------------------------------
     def episodes(self, data_dir: Path, split: str, task: TaskConfig, sandbox=None) -> list[SweEpisode]:

@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 from vtb.config import TaskConfig, TrainerConfig
+from vtb.domains import common
 from vtb.domains.math.datatools import read_jsonl, write_jsonl
 from vtb.domains.math.domain import trainer_dict
 from vtb.domains.tau import datatools, prompting, tasks, tools, user
@@ -148,15 +149,9 @@ class TauDomain:
         return out
 
     def metrics(self, episodes: list[TauEpisode], task: TaskConfig) -> dict:
-        by_task: dict[str, list[bool]] = {}
-        by_template: dict[str, list[float]] = {}
-        for ep in episodes:
-            r = ep.reward()
-            by_task.setdefault(ep.task["id"], []).append(r >= 1.0)
-            by_template.setdefault(ep.task.get("template", "?"), []).append(r)
-        trials = min((len(v) for v in by_task.values()), default=0)
+        by_task, by_template, trials = common.tally(episodes, lambda ep: ep.task)
         out = {f"pass^{k}": round(pass_hat_k(by_task, k), 4) for k in range(1, min(trials, task.pass_k) + 1)}
-        out["by_template"] = {k: round(sum(v) / len(v), 3) for k, v in sorted(by_template.items())}
+        out["by_template"] = by_template
         out["finished"] = sum(ep.finished for ep in episodes)
         out["timeouts"] = sum(ep.timeout for ep in episodes)
         out["harness_failures"] = sum(ep.failure is not None for ep in episodes)

@@ -8,14 +8,12 @@ and test tasks in full live in hidden/, and their tests only ever enter a gradin
 
 from __future__ import annotations
 
-import json
 import random
-import shutil
 import tempfile
 from pathlib import Path
 
 from vtb.config import TaskConfig, TrainerConfig
-from vtb.domains.math.datatools import read_jsonl, write_jsonl
+from vtb.domains import common
 from vtb.domains.math.domain import trainer_dict
 from vtb.domains.terminal import datatools, generator, taskdir
 from vtb.domains.terminal.env import TerminalEpisode, pass_at_k
@@ -51,19 +49,12 @@ class TerminalDomain:
             pool = generator.make_tasks(task.data_seed + 3, task.n_pool, "train", taken)
         else:
             test, val, pool = _real_splits(task)
-        research, hidden = out / "research", out / "hidden"
-        write_jsonl(research / "pool.jsonl", pool)
         for t in pool:
-            taskdir.write_task(t, research / "tasks" / t["id"])
-        write_jsonl(research / "val.jsonl", [{"id": t["id"], "template": t.get("template")} for t in val])
-        write_jsonl(hidden / "val.jsonl", val)
-        write_jsonl(hidden / "test.jsonl", test)
-        return {"pool": len(pool), "val": len(val), "test": len(test)}
+            taskdir.write_task(t, out / "research" / "tasks" / t["id"])
+        return common.write_splits(out, pool, val, test, public=("id", "template"))
 
     def split(self, data_dir: Path, name: str) -> list[dict]:
-        if name == "pool":
-            return read_jsonl(data_dir / "research" / "pool.jsonl")
-        return read_jsonl(data_dir / "hidden" / f"{name}.jsonl")
+        return common.read_split(data_dir, name)
 
     # --- the tiny base model ----------------------------------------------------------------
     def tokenizer_spec(self, task: TaskConfig, data_dir: Path) -> dict:
@@ -106,11 +97,7 @@ class TerminalDomain:
         self._write(ws, rows, REFERENCE_TRAINER, "retry")
 
     def _write(self, ws: Path, rows: list[dict], trainer: dict, harness: str) -> None:
-        write_jsonl(ws / "data" / "train.jsonl", rows)
-        (ws / "trainer").mkdir(parents=True, exist_ok=True)
-        (ws / "trainer" / "config.json").write_text(json.dumps(trainer, indent=2) + "\n")
-        shutil.copytree(HARNESSES / harness, ws / "harness", dirs_exist_ok=True)
-        (ws / "README.md").write_text(WORKSPACE_README)
+        common.write_system(ws, rows, trainer, HARNESSES / harness, WORKSPACE_README)
 
     # --- episodes and scores ----------------------------------------------------------------
     def episodes(self, data_dir: Path, split: str, task: TaskConfig, sandbox=None) -> list[TerminalEpisode]:
@@ -122,15 +109,9 @@ class TerminalDomain:
                 for t in self.split(data_dir, split) for trial in range(trials)]  # fmt: skip
 
     def metrics(self, episodes: list[TerminalEpisode], task: TaskConfig) -> dict:
-        by_task: dict[str, list[bool]] = {}
-        by_template: dict[str, list[float]] = {}
-        for ep in episodes:
-            r = ep.reward()
-            by_task.setdefault(ep.task["id"], []).append(r >= 1.0)
-            by_template.setdefault(ep.task.get("template", "?"), []).append(r)
-        trials = min((len(v) for v in by_task.values()), default=0)
+        by_task, by_template, trials = common.tally(episodes, lambda ep: ep.task)
         out = {f"pass@{k}": round(pass_at_k(by_task, k), 4) for k in range(1, min(trials, task.pass_k) + 1)}
-        out["by_template"] = {k: round(sum(v) / len(v), 3) for k, v in sorted(by_template.items())}
+        out["by_template"] = by_template
         out["commands"] = sum(len(ep.history) for ep in episodes)
         out["declared_done"] = sum(ep.finished for ep in episodes)
         out["timeouts"] = sum(ep.timeout for ep in episodes)

@@ -1,0 +1,51 @@
+"""Layout and tallies shared by the domains whose val/test items stay hidden (tau, terminal, swe).
+
+Data dir: research/pool.jsonl (train items in full, mounted at /data for the research agent),
+research/val.jsonl (val ids and templates only), hidden/{val,test}.jsonl (in full, orchestrator
+only). A workspace: data/train.jsonl, trainer/config.json, harness/ (copied), README.md.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from vtb.domains.math.datatools import read_jsonl, write_jsonl
+
+
+def write_splits(
+    out: Path, pool: list[dict], val: list[dict], test: list[dict], public: tuple[str, ...]
+) -> dict:
+    """Write the splits; of val the research side gets only the `public` fields (id, template)."""
+    write_jsonl(out / "research" / "pool.jsonl", pool)
+    write_jsonl(out / "research" / "val.jsonl", [{k: item.get(k) for k in public} for item in val])
+    write_jsonl(out / "hidden" / "val.jsonl", val)
+    write_jsonl(out / "hidden" / "test.jsonl", test)
+    return {"pool": len(pool), "val": len(val), "test": len(test)}
+
+
+def read_split(data_dir: Path, name: str) -> list[dict]:
+    if name == "pool":
+        return read_jsonl(data_dir / "research" / "pool.jsonl")
+    return read_jsonl(data_dir / "hidden" / f"{name}.jsonl")
+
+
+def write_system(ws: Path, rows: list[dict], trainer: dict, harness_dir: Path, readme: str) -> None:
+    write_jsonl(ws / "data" / "train.jsonl", rows)
+    (ws / "trainer").mkdir(parents=True, exist_ok=True)
+    (ws / "trainer" / "config.json").write_text(json.dumps(trainer, indent=2) + "\n")
+    shutil.copytree(harness_dir, ws / "harness", dirs_exist_ok=True)
+    (ws / "README.md").write_text(readme)
+
+
+def tally(episodes: list, task_of) -> tuple[dict[str, list[bool]], dict[str, float], int]:
+    """(successes per task, mean reward per template, trials per task) of graded episodes."""
+    by_task: dict[str, list[bool]] = {}
+    by_template: dict[str, list[float]] = {}
+    for ep in episodes:
+        r, task = ep.reward(), task_of(ep)
+        by_task.setdefault(task["id"], []).append(r >= 1.0)
+        by_template.setdefault(task.get("template", "?"), []).append(r)
+    means = {k: round(sum(v) / len(v), 3) for k, v in sorted(by_template.items())}
+    return by_task, means, min((len(v) for v in by_task.values()), default=0)
