@@ -96,7 +96,10 @@ def test_pretraining_lowers_loss(tokenizer, tmp_path):
 def test_exact_mode_keeps_whitespace_and_folds_one_leading_space_into_pieces():
     corpus = ["grep -c ERROR /app/server.log > /app/count.txt", "def mean(xs):\n    return sum(xs) / len(xs)"]
     tok = build_tokenizer(corpus, 99, mode="exact")
-    for text in ["grep -c  ERROR /app/server.log > /app/count.txt", "def mean(xs):\n\treturn sum(xs) / len(xs)\n"]:
+    for text in [
+        "grep -c  ERROR /app/server.log > /app/count.txt",
+        "def mean(xs):\n\treturn sum(xs) / len(xs)\n",
+    ]:
         ids = tok(text, add_special_tokens=False).input_ids
         assert tok.backend_tokenizer.decode(ids) == text
     pieces = tok.convert_ids_to_tokens(tok("grep -c ERROR", add_special_tokens=False).input_ids)

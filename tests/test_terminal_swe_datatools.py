@@ -65,3 +65,18 @@ def test_swe_fuzzy_edit_repairs_a_mis_copied_line_and_plain_does_not():
         swe_prompting.parse_edit("a => b\nmore") == ("a", "b")
         and swe_prompting.parse_edit("no arrow") is None
     )
+
+
+def test_terminal_grounding_snaps_unnamed_paths_to_the_instructions_and_leaves_named_ones():
+    from vtb.domains.terminal.prompting import ground_paths
+
+    instruction = "Count the lines in /app/db.log that contain PANIC and write the number to /app/paths.txt."
+    assert ground_paths("grep -c 'PANIC' /app/server.log > /app/names.txt", instruction) == (
+        "grep -c 'PANIC' /app/db.log > /app/paths.txt"
+    )
+    assert ground_paths("grep -c 'PANIC' /app/db.log > /app/paths.txt", instruction) == (
+        "grep -c 'PANIC' /app/db.log > /app/paths.txt"
+    )
+    folder = "Replace every copper with pepper in all .json files in /app/notes."
+    assert ground_paths("sed -i 's/copper/pepper/g' /app/notes/*.json", folder).endswith("/app/notes/*.json")
+    assert ground_paths("", instruction) == ""

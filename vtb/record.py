@@ -251,7 +251,8 @@ def write_report(run_dir: Path, result: dict, history: list[dict], grades: dict)
             for key in ("by_template", "by_bug"):  # tau/terminal templates, swe bug templates
                 if metrics.get(key):
                     lines.append(
-                        f"  {key.replace('_', ' ')}: " + ", ".join(f"{k} {v:.2f}" for k, v in metrics[key].items())
+                        f"  {key.replace('_', ' ')}: "
+                        + ", ".join(f"{k} {v:.2f}" for k, v in metrics[key].items())
                     )
     if "null_model_score" in sub:
         flag = "FLAGGED: the harness scores without the model" if sub["flagged"] else "not flagged"

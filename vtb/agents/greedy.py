@@ -117,19 +117,41 @@ PROPOSALS: dict[str, list[Proposal]] = {
         ),
     ],
     "terminal": [
-        Proposal("train-longer", "trainer", "lr 3e-3, 6 epochs, batch 16, cosine schedule",
-                 _trainer(lr=3e-3, epochs=6, batch_size=16, lr_schedule="cosine")),  # fmt: skip
-        Proposal("clean-data", "data", "800 rows from train tasks' reference solutions",
-                 _rows_from_pool("terminal", 800)),  # fmt: skip
-        Proposal("retry", "harness", "re-sample a command that failed (exit code, timeout)",
-                 _harness("retry", domain="terminal")),  # fmt: skip
+        Proposal(
+            "train-longer",
+            "trainer",
+            "lr 3e-3, 6 epochs, batch 16, cosine schedule",
+            _trainer(lr=3e-3, epochs=6, batch_size=16, lr_schedule="cosine"),
+        ),  # fmt: skip
+        Proposal(
+            "clean-data",
+            "data",
+            "800 rows from train tasks' reference solutions",
+            _rows_from_pool("terminal", 800),
+        ),  # fmt: skip
+        Proposal(
+            "repair",
+            "harness",
+            "ground paths in the instruction; re-sample a failed command",
+            _harness("repair", domain="terminal"),
+        ),  # fmt: skip
     ],
     "swe": [
-        Proposal("train-longer", "trainer", "lr 3e-3, 8 epochs, batch 16, cosine schedule",
-                 _trainer(lr=3e-3, epochs=8, batch_size=16, lr_schedule="cosine")),  # fmt: skip
-        Proposal("clean-data", "data", "600 rows from train instances' gold fixes", _rows_from_pool("swe", 600)),
-        Proposal("fuzzy-edit", "harness", "snap mis-copied lines to the closest one; re-sample failed edits",
-                 _harness("fuzzy", domain="swe")),  # fmt: skip
+        Proposal(
+            "train-longer",
+            "trainer",
+            "lr 3e-3, 8 epochs, batch 16, cosine schedule",
+            _trainer(lr=3e-3, epochs=8, batch_size=16, lr_schedule="cosine"),
+        ),  # fmt: skip
+        Proposal(
+            "clean-data", "data", "600 rows from train instances' gold fixes", _rows_from_pool("swe", 600)
+        ),
+        Proposal(
+            "fuzzy-edit",
+            "harness",
+            "snap mis-copied lines to the closest one; re-sample failed edits",
+            _harness("fuzzy", domain="swe"),
+        ),  # fmt: skip
     ],
 }
 

@@ -60,7 +60,10 @@ def build_tokenizer(words: list[str], number_max: int, mode: str = "words") -> P
     """
     if mode == "ids":
         pieces = {p for w in words for p in re.findall(PIECE_IDS, w) if not p.isspace()}
-        extra, pattern = sorted(pieces | {p.lower() for p in pieces} | {p.capitalize() for p in pieces}), PIECE_IDS
+        extra, pattern = (
+            sorted(pieces | {p.lower() for p in pieces} | {p.capitalize() for p in pieces}),
+            PIECE_IDS,
+        )
     elif mode == "exact":  # no case variants: code and commands are case-sensitive anyway
         pieces = {p for w in words for p in re.findall(PIECE_IDS, w) if not p.isspace()}
         extra, pattern = sorted(pieces), PIECE_EXACT
@@ -70,7 +73,12 @@ def build_tokenizer(words: list[str], number_max: int, mode: str = "words") -> P
         raise ValueError(f"tokenizer mode {mode!r} is not one of words, ids, exact")
     vocab: dict[str, int] = {}
     if mode == "exact":  # every piece also with a leading space, and lone whitespace
-        extra = [*extra, *(" " + p for p in [*SYMBOLS, *(str(n) for n in range(number_max + 1)), *extra]), " ", "\t"]
+        extra = [
+            *extra,
+            *(" " + p for p in [*SYMBOLS, *(str(n) for n in range(number_max + 1)), *extra]),
+            " ",
+            "\t",
+        ]
     for token in [*SPECIALS, *SYMBOLS, *(str(n) for n in range(number_max + 1)), *extra]:
         vocab.setdefault(token, len(vocab))
     backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))

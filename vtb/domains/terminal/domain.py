@@ -94,7 +94,7 @@ class TerminalDomain:
 
     def write_reference_system(self, ws: Path, task: TaskConfig, data_dir: Path) -> None:
         rows = datatools.make_rows(self.split(data_dir, "pool"), REFERENCE_ROWS, task.data_seed + 1)
-        self._write(ws, rows, REFERENCE_TRAINER, "retry")
+        self._write(ws, rows, REFERENCE_TRAINER, "repair")
 
     def _write(self, ws: Path, rows: list[dict], trainer: dict, harness: str) -> None:
         common.write_system(ws, rows, trainer, HARNESSES / harness, WORKSPACE_README)

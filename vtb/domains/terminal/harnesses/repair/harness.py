@@ -1,7 +1,10 @@
-"""Retrying terminal harness: run the greedy command; if it failed, sample another and try again.
+"""Repairing terminal harness: ground the command's paths in the instruction; retry a failed command.
 
-A command failed when its exit code is not 0 or it timed out. The first try is greedy; each
-retry samples (temperature, a seed per try) so it can differ from what already failed. After
+Each command the model writes has its /app paths checked against the instruction: a path the
+instruction never names is snapped to the closest one it does (prompting.ground_paths), when
+config "ground" is on. A command failed when its exit code is not 0 or it timed out. The first
+try is greedy; each retry samples (temperature, a seed per try) so it can differ from what
+already failed. After
 `tries` commands, or the first that succeeds, the harness declares the task done. The model
 never sees the outputs: the harness reads them (it only uses the exit codes).
 """
@@ -42,7 +45,10 @@ def main() -> None:
             prompts = [prompting.prompt(batch[i]["observation"]["instruction"]) for i in rows]
             outputs = engine.generate(prompts, max_new_tokens=CONFIG["max_new_tokens"], stop=["\n"], **kw)
             for i, text in zip(rows, outputs, strict=True):
-                actions[i] = {"type": "shell", "command": prompting.command_of(text)}
+                command = prompting.command_of(text)
+                if CONFIG.get("ground", True):
+                    command = prompting.ground_paths(command, batch[i]["observation"]["instruction"])
+                actions[i] = {"type": "shell", "command": command}
 
         ask(greedy)
         for attempt, rows in retries.items():
