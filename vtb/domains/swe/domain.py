@@ -17,17 +17,12 @@ from pathlib import Path
 from vtb.config import TaskConfig, TrainerConfig
 from vtb.domains import common
 from vtb.domains.math.domain import trainer_dict
-from vtb.domains.swe import datatools, generator, grading
+from vtb.domains.swe import datatools, generator, grading, prompting
 from vtb.domains.swe.env import SweEpisode
 
 HARNESSES = Path(__file__).parent / "harnesses"
-REFERENCE_TRAINER = {"method": "full", "lr": 3e-3, "epochs": 8, "batch_size": 16, "lr_schedule": "cosine",
-                     "max_length": 384}  # fmt: skip
+REFERENCE_TRAINER = {"method": "full", "lr": 3e-3, "epochs": 8, "batch_size": 16, "lr_schedule": "cosine"}
 REFERENCE_ROWS = 600
-# Issue + function + edit is up to ~300 tokens with exact whitespace: the tiny model's window and
-# the trainer's max_length are raised to this for swe, whatever the model/trainer config says.
-MIN_POSITIONS = 384
-VOCAB_INSTANCES = 600  # generated instances whose words make the tokenizer's vocabulary
 
 WORKSPACE_README = """# Workspace of the agent system (swe: fix a bug in a small Python repository)
 
@@ -63,14 +58,13 @@ class SweDomain:
     # --- the tiny base model ----------------------------------------------------------------
     def tokenizer_spec(self, task: TaskConfig, data_dir: Path) -> dict:
         """Every piece of code and issue text the generator produces, kept exact (spaces)."""
-        extra = generator.make_instances(task.data_seed + 7919, VOCAB_INSTANCES, "vocab", set())
-        corpus = [_text(i) for i in self.split(data_dir, "pool") + extra]
+        corpus = [_text(i) for i in self.split(data_dir, "pool")]
         for name in ("val", "test"):  # their issues and code (what a harness shows), never the fixes
             corpus += [
                 i["problem_statement"] + "\n" + "\n".join(i["files"].values())
                 for i in self.split(data_dir, name)
             ]
-        return {"words": corpus, "number_max": 99, "mode": "exact", "min_positions": MIN_POSITIONS}
+        return {"words": corpus, "number_max": 99, "mode": "exact"}
 
     def pretraining_texts(self, task: TaskConfig, data_dir: Path, n: int, seed: int) -> list[str]:
         """Code text a base model could have read: functions, and issues followed by their fix.
@@ -89,7 +83,11 @@ class SweDomain:
             if inst["problem_statement"] in held_out or found is None:
                 continue
             old, new = datatools.gold_edit(inst)
-            pairs.append(f"{inst['problem_statement']}\n" + "\n".join(found[1]) + f"\n- {old}\n+ {new}")
+            pairs.append(
+                f"{prompting.title(inst['problem_statement'])}\n"
+                + "\n".join(found[1])
+                + f"\n- {old}\n+ {new}"
+            )
             functions += _functions(inst["files"])
         rng = random.Random(seed)
         return [rng.choice(pairs if rng.random() < 0.5 else functions) for _ in range(n)]
@@ -101,8 +99,7 @@ class SweDomain:
         """A few rows, some with wrong edits; the configured trainer; the plain harness."""
         rows = datatools.make_rows(self.split(data_dir, "pool"), task.initial_data_size, task.data_seed,
                                    flawed=task.initial_noise)  # fmt: skip
-        config = trainer_dict(trainer) | {"max_length": max(trainer.max_length, MIN_POSITIONS)}
-        self._write(ws, rows, config, "plain")
+        self._write(ws, rows, trainer_dict(trainer), "plain")
 
     def write_reference_system(self, ws: Path, task: TaskConfig, data_dir: Path) -> None:
         rows = datatools.make_rows(self.split(data_dir, "pool"), REFERENCE_ROWS, task.data_seed + 1)

@@ -2,7 +2,7 @@
 
 Shared by the harnesses and the data tools, so a training row teaches the model exactly the
 format a harness prompts it with. The harness localises the function the issue talks about
-(`locate`) and shows its lines without indentation; the model answers with one edit line
+(`locate`) and shows the issue's title and the function's lines without indentation; the model answers with one edit line
 
     return total / len(xs) => return total / len(xs) if xs else 0.0
 
@@ -54,9 +54,14 @@ def _block(lines: list[str], start: int) -> list[str]:
     return out[:MAX_LINES]
 
 
+def title(statement: str) -> str:
+    """The issue's first line: what happened and what was expected (the body repeats it at length)."""
+    return " ".join(statement.strip().split("\n", 1)[0].split())
+
+
 def prompt(statement: str, path: str, lines: list[str]) -> str:
     body = "\n".join(line.strip() for line in lines if line.strip())
-    return f"issue: {' '.join(statement.split())}\nfile: {path}\n{body}\nfix: "
+    return f"issue: {title(statement)}\nfile: {path}\n{body}\nfix: "
 
 
 def sft_row(statement: str, path: str, lines: list[str], old: str, new: str) -> dict:
