@@ -120,8 +120,8 @@ PROPOSALS: dict[str, list[Proposal]] = {
         Proposal(
             "train-longer",
             "trainer",
-            "lr 3e-3, 6 epochs, batch 16, cosine schedule",
-            _trainer(lr=3e-3, epochs=6, batch_size=16, lr_schedule="cosine"),
+            "lr 3e-3, 4 epochs, batch 16, cosine schedule",
+            _trainer(lr=3e-3, epochs=4, batch_size=16, lr_schedule="cosine"),
         ),  # fmt: skip
         Proposal(
             "clean-data",
@@ -140,11 +140,11 @@ PROPOSALS: dict[str, list[Proposal]] = {
         Proposal(
             "train-longer",
             "trainer",
-            "lr 3e-3, 8 epochs, batch 16, cosine schedule",
-            _trainer(lr=3e-3, epochs=8, batch_size=16, lr_schedule="cosine"),
+            "lr 3e-3, 6 epochs, batch 16, cosine schedule",
+            _trainer(lr=3e-3, epochs=6, batch_size=16, lr_schedule="cosine"),
         ),  # fmt: skip
         Proposal(
-            "clean-data", "data", "600 rows from train instances' gold fixes", _rows_from_pool("swe", 600)
+            "clean-data", "data", "500 rows from train instances' gold fixes", _rows_from_pool("swe", 500)
         ),
         Proposal(
             "fuzzy-edit",

@@ -21,8 +21,8 @@ from vtb.domains.swe import datatools, generator, grading, prompting
 from vtb.domains.swe.env import SweEpisode
 
 HARNESSES = Path(__file__).parent / "harnesses"
-REFERENCE_TRAINER = {"method": "full", "lr": 3e-3, "epochs": 8, "batch_size": 16, "lr_schedule": "cosine"}
-REFERENCE_ROWS = 600
+REFERENCE_TRAINER = {"method": "full", "lr": 3e-3, "epochs": 6, "batch_size": 16, "lr_schedule": "cosine"}
+REFERENCE_ROWS = 500
 
 WORKSPACE_README = """# Workspace of the agent system (swe: fix a bug in a small Python repository)
 

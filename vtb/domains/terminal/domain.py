@@ -19,7 +19,7 @@ from vtb.domains.terminal import datatools, generator, taskdir
 from vtb.domains.terminal.env import TerminalEpisode, pass_at_k
 
 HARNESSES = Path(__file__).parent / "harnesses"
-REFERENCE_TRAINER = {"method": "full", "lr": 3e-3, "epochs": 6, "batch_size": 16, "lr_schedule": "cosine"}
+REFERENCE_TRAINER = {"method": "full", "lr": 3e-3, "epochs": 4, "batch_size": 16, "lr_schedule": "cosine"}
 REFERENCE_ROWS = 800
 VOCAB_TASKS = 3000  # generated tasks whose words make the tokenizer's vocabulary
 
