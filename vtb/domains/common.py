@@ -8,7 +8,9 @@ only). A workspace: data/train.jsonl, trainer/config.json, harness/ (copied), RE
 from __future__ import annotations
 
 import json
+import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from vtb.domains.math.datatools import read_jsonl, write_jsonl
@@ -49,3 +51,24 @@ def tally(episodes: list, task_of) -> tuple[dict[str, list[bool]], dict[str, flo
         by_template.setdefault(task.get("template", "?"), []).append(r)
     means = {k: round(sum(v) / len(v), 3) for k, v in sorted(by_template.items())}
     return by_task, means, min((len(v) for v in by_task.values()), default=0)
+
+
+# Hidden-test grading (terminal, swe) is a sandboxed pytest run per episode, mostly interpreter
+# start-up: episodes start it here the moment they end, so it overlaps the rest of the play and
+# uses every core, and `reward()` only waits for the result.
+GRADERS = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2), thread_name_prefix="vtb-grade")
+
+
+class BackgroundGrade:
+    """One grading job per episode, started at most once, awaited by `result()`."""
+
+    def __init__(self, job):
+        self._job, self._future = job, None
+
+    def start(self) -> None:
+        if self._future is None:
+            self._future = GRADERS.submit(self._job)
+
+    def result(self):
+        self.start()
+        return self._future.result()

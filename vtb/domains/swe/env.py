@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from vtb.domains.common import BackgroundGrade
 from vtb.domains.swe import grading
 from vtb.runner import SingleTurn
 from vtb.sandbox.base import Limits, Sandbox
@@ -25,7 +26,7 @@ class SweEpisode(SingleTurn):
             "problem_statement": instance["problem_statement"], "files": instance["files"]}}  # fmt: skip
         super().__init__(start)
         self.instance, self.sandbox, self.scratch, self.model_name = instance, sandbox, scratch, model_name
-        self._graded: tuple[dict, str] | None = None
+        self._graded = BackgroundGrade(self._grade)
 
     def prediction(self) -> dict:
         """The SWE-bench prediction this episode produced."""
@@ -37,17 +38,27 @@ class SweEpisode(SingleTurn):
         return {"instance_id": self.id, "model_name_or_path": self.model_name,
                 "model_patch": patch if isinstance(patch, str) else ""}  # fmt: skip
 
+    def step(self, action: dict) -> bool:
+        super().step(action)
+        self._graded.start()  # in the background: the play goes on
+        return False
+
+    def fail(self, reason: str) -> None:
+        super().fail(reason)
+        self._graded.start()
+
     def grade(self) -> tuple[dict, str]:
         """SWE-bench's per-instance report.json content and the test log (graded once)."""
-        if self._graded is None:
-            work = self.scratch / self.id
-            try:
-                self._graded = grading.grade(
-                    self.instance, self.prediction()["model_patch"], self.sandbox, TEST_LIMITS, work
-                )
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
-        return self._graded
+        return self._graded.result()
+
+    def _grade(self) -> tuple[dict, str]:
+        work = self.scratch / self.id
+        try:
+            return grading.grade(
+                self.instance, self.prediction()["model_patch"], self.sandbox, TEST_LIMITS, work
+            )
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
 
     def reward(self) -> float:
         report = self.grade()[0]

@@ -15,6 +15,7 @@ import time
 from math import comb
 from pathlib import Path
 
+from vtb.domains.common import BackgroundGrade
 from vtb.domains.terminal import grading
 from vtb.domains.terminal.shell import ShellSession
 from vtb.sandbox.base import Limits, Sandbox
@@ -51,7 +52,7 @@ class TerminalEpisode:
         self.started: float | None = None
         self.shell: ShellSession | None = None
         self.shell_usage: dict = {}
-        self._grade: tuple[dict, str] | None = None
+        self._grade = BackgroundGrade(self._run_tests)
 
     @property
     def over(self) -> bool:
@@ -77,11 +78,13 @@ class TerminalEpisode:
             self.timeout = True
         if self.over:
             self._close()
+            self._grade.start()
         return not self.over
 
     def fail(self, reason: str) -> None:
         self.failure = reason
         self._close()
+        self._grade.start()
 
     def _time_left(self) -> float:
         return self.time_limit - (time.monotonic() - self.started) if self.started else self.time_limit
@@ -101,15 +104,20 @@ class TerminalEpisode:
 
     # --- scoring ----------------------------------------------------------------------------
     def grade(self) -> tuple[dict, str]:
-        """Run the hidden tests on the final /app once (whatever ended the episode), then drop it."""
-        if self._grade is None:
-            self._close()
-            limit = float(self.task.get("max_test_timeout_sec", 30))
-            limits = Limits(wall_seconds=limit, cpu_seconds=limit, memory_mb=MEMORY_MB,
-                            max_processes=MAX_PROCESSES)  # fmt: skip
-            self._grade = grading.run_tests(self.sandbox, self.app_dir, self.task, limits)
+        """The hidden tests' statuses and log on the final /app (whatever ended the episode)."""
+        self._close()
+        return self._grade.result()
+
+    def _run_tests(self) -> tuple[dict, str]:
+        """Run once, in the background once the episode is over; then drop the episode's folder."""
+        limit = float(self.task.get("max_test_timeout_sec", 30))
+        limits = Limits(
+            wall_seconds=limit, cpu_seconds=limit, memory_mb=MEMORY_MB, max_processes=MAX_PROCESSES
+        )
+        try:
+            return grading.run_tests(self.sandbox, self.app_dir, self.task, limits)
+        finally:
             shutil.rmtree(self.folder, ignore_errors=True)
-        return self._grade
 
     def reward(self) -> float:
         return 1.0 if grading.resolved(self.grade()[0]) else 0.0
