@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+import threading
 
 import pytest
 
@@ -55,3 +57,25 @@ def small_config(tmp_path, agent: str = "greedy", seed: int = 0, *extra: str) ->
         return to_config(
             compose(config_name="bench", overrides=small_overrides(tmp_path, agent, seed, *extra))
         )
+
+
+@pytest.fixture
+def host_server():
+    """A TCP server on the host's loopback that sandboxed code must not reach: (port, hits)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    hits = []
+
+    def serve():
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            hits.append(1)
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield srv.getsockname()[1], hits
+    srv.close()

@@ -90,31 +90,38 @@ def _new_file(path: str, text: str) -> str:
     return f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n@@ -0,0 +1,{len(lines)} @@\n{body}"
 
 
-def test_attacking_patches_do_not_resolve_and_a_looping_test_is_stopped(tmp_path, data_dir):
+def _replace_fix_line(instance: dict, code: str) -> str:
+    """A patch that replaces the buggy line with `code` (same indentation)."""
+    fix, files = instance["fix"], instance["files"]
+    indent = fix["old"][: len(fix["old"]) - len(fix["old"].lstrip())]
+    return patching.file_diff(
+        fix["path"], files[fix["path"]], files[fix["path"]].replace(fix["old"], indent + code)
+    )
+
+
+def test_attacking_patches_do_not_resolve_and_runaway_tests_are_stopped(tmp_path, data_dir, host_server):
+    port, hits = host_server
     instances = SweDomain().split(data_dir, "test")
     force_pass = (
         "import pytest\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
         "    o = yield\n    o.get_result().outcome = 'passed'\n"
     )
-    fix = instances[4]["fix"]
-    files = instances[4]["files"]
-    loop_body = files[fix["path"]].replace(
-        fix["old"], fix["old"].split(fix["old"].lstrip())[0] + "while True: pass"
-    )
+    connect = f"__import__('socket').create_connection(('127.0.0.1', {port}), timeout=2)"
     patches = {
         instances[0]["instance_id"]: _new_file("conftest.py", force_pass),  # make every test pass
         instances[1]["instance_id"]: _new_file("tests/conftest.py", force_pass),
         instances[2]["instance_id"]: _new_file("../escape.py", "x = 1"),  # write outside the repo
         instances[3]["instance_id"]: _new_file("sitecustomize.py", "import os\nos._exit(0)"),
-        instances[4]["instance_id"]: patching.file_diff(
-            fix["path"], files[fix["path"]], loop_body
-        ),  # tests loop
+        instances[4]["instance_id"]: _replace_fix_line(instances[4], "while True: pass"),  # tests loop
+        instances[5]["instance_id"]: _replace_fix_line(instances[5], "while True: __import__('os').fork()"),
+        instances[6]["instance_id"]: _replace_fix_line(instances[6], connect),  # reach the host's network
     }
     episodes, out, domain = _play(tmp_path, data_dir, patches)
-    for ep in episodes[:5]:
+    for ep in episodes[:7]:
         assert ep.reward() == 0.0, ep.record()
     assert not (tmp_path / "escape.py").exists()
-    assert any(ep.reward() == 0.0 for ep in episodes[5:])  # the rest: empty patches, graded as usual
+    assert not hits, "a patch reached a server on the host"
+    assert all(ep.reward() == 0.0 for ep in episodes[7:])  # the rest: empty patches, graded as usual
 
 
 HUNTER = """

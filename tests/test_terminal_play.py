@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
-import threading
 from pathlib import Path
 
 import pytest
@@ -89,28 +87,6 @@ def test_an_empty_action_resolves_nothing(tmp_path, data_dir):
     assert sum(ep.reward() for ep in episodes) == 0.0 and metrics["pass@1"] == 0.0
     assert all(ep.finished and not ep.history for ep in episodes)
     assert all(ep.record()["tests"] for ep in episodes)  # the tests ran, and failed
-
-
-@pytest.fixture
-def host_server():
-    """A TCP server on the host's loopback: sandboxed commands must not reach it."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen()
-    hits = []
-
-    def serve():
-        while True:
-            try:
-                conn, _ = srv.accept()
-            except OSError:
-                return
-            hits.append(1)
-            conn.close()
-
-    threading.Thread(target=serve, daemon=True).start()
-    yield srv.getsockname()[1], hits
-    srv.close()
 
 
 def test_attacks_fail_and_the_episode_is_graded_as_usual(tmp_path, data_dir, host_server):
