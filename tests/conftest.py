@@ -61,21 +61,27 @@ def small_config(tmp_path, agent: str = "greedy", seed: int = 0, *extra: str) ->
 
 @pytest.fixture
 def host_server():
-    """A TCP server on the host's loopback that sandboxed code must not reach: (port, hits)."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen()
-    hits = []
+    """A TCP server on the host's 127.0.0.1; `hits` records every connection it accepted."""
+    srv = socket.create_server(("127.0.0.1", 0))
+    srv.settimeout(0.1)
+    hits: list[str] = []
+    stop = threading.Event()
 
-    def serve():
-        while True:
+    def serve() -> None:
+        while not stop.is_set():
             try:
-                conn, _ = srv.accept()
+                conn, addr = srv.accept()
+            except TimeoutError:
+                continue
             except OSError:
                 return
-            hits.append(1)
+            hits.append(str(addr))
+            conn.sendall(b"HOST-SERVER-DATA")
             conn.close()
 
-    threading.Thread(target=serve, daemon=True).start()
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
     yield srv.getsockname()[1], hits
+    stop.set()
+    t.join()
     srv.close()

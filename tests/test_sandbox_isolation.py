@@ -9,9 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -129,36 +127,7 @@ def test_environment_is_clean(backend, host, monkeypatch):
     assert "VTB_TEST_HOST_ONLY" not in env and env["MY_VAR"] == "1"
     assert env["HOME"] == "/tmp" and env["HF_HUB_OFFLINE"] == "1" and env["VTB_USAGE_FILE"]
 
-
-# -- network -----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def host_server():
-    """A TCP server on the host's 127.0.0.1; `hits` records every connection it accepted."""
-    srv = socket.create_server(("127.0.0.1", 0))
-    srv.settimeout(0.1)
-    hits: list[str] = []
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, addr = srv.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            hits.append(str(addr))
-            conn.sendall(b"HOST-SERVER-DATA")
-            conn.close()
-
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    yield srv.getsockname()[1], hits
-    stop.set()
-    t.join()
-    srv.close()
+    # -- network -----------------------------------------------------------------------------------
 
 
 CONNECT = """
