@@ -10,10 +10,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from vtb.config import TaskConfig, TrainerConfig
 from vtb.domains.math.datatools import read_jsonl, write_jsonl
+from vtb.domains.math.domain import trainer_dict
 
 
 def write_splits(
@@ -33,12 +36,51 @@ def read_split(data_dir: Path, name: str) -> list[dict]:
     return read_jsonl(data_dir / "hidden" / f"{name}.jsonl")
 
 
-def write_system(ws: Path, rows: list[dict], trainer: dict, harness_dir: Path, readme: str) -> None:
+def write_system(
+    ws: Path,
+    data_dir: Path,
+    make_rows: Callable[..., list[dict]],
+    n: int,
+    seed: int,
+    trainer: dict,
+    harness_dir: Path,
+    readme: str,
+    flawed: float = 0.0,
+) -> None:
+    """A workspace: `make_rows(train pool, n, seed, flawed=flawed)` as data/train.jsonl, the
+    trainer config, a copy of the harness folder and the README."""
+    rows = make_rows(read_split(data_dir, "pool"), n, seed, flawed=flawed)
     write_jsonl(ws / "data" / "train.jsonl", rows)
     (ws / "trainer").mkdir(parents=True, exist_ok=True)
     (ws / "trainer" / "config.json").write_text(json.dumps(trainer, indent=2) + "\n")
     shutil.copytree(harness_dir, ws / "harness", dirs_exist_ok=True)
     (ws / "README.md").write_text(readme)
+
+
+class RowSystems:
+    """The systems of a domain whose training data are SFT rows from `make_rows` (terminal, swe).
+
+    Initial: task.initial_data_size rows, a task.initial_noise share of them flawed, the
+    configured trainer and harnesses/plain. Reference: `reference_rows` clean rows,
+    `reference_trainer` and harnesses/<reference_harness>.
+    """
+
+    make_rows: Callable[..., list[dict]]  # (pool, n, seed, flawed=share) -> rows, a staticmethod
+    harnesses: Path
+    readme: str
+    reference_rows: int
+    reference_trainer: dict
+    reference_harness: str
+
+    def write_initial_system(
+        self, ws: Path, task: TaskConfig, trainer: TrainerConfig, data_dir: Path
+    ) -> None:
+        write_system(ws, data_dir, self.make_rows, task.initial_data_size, task.data_seed,
+                     trainer_dict(trainer), self.harnesses / "plain", self.readme, task.initial_noise)  # fmt: skip
+
+    def write_reference_system(self, ws: Path, task: TaskConfig, data_dir: Path) -> None:
+        write_system(ws, data_dir, self.make_rows, self.reference_rows, task.data_seed + 1,
+                     self.reference_trainer, self.harnesses / self.reference_harness, self.readme)  # fmt: skip
 
 
 def tally(episodes: list, task_of) -> tuple[dict[str, list[bool]], dict[str, float], int]:

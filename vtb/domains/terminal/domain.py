@@ -12,9 +12,8 @@ import random
 import tempfile
 from pathlib import Path
 
-from vtb.config import TaskConfig, TrainerConfig
+from vtb.config import TaskConfig
 from vtb.domains import common
-from vtb.domains.math.domain import trainer_dict
 from vtb.domains.terminal import datatools, generator, taskdir
 from vtb.domains.terminal.env import TerminalEpisode, pass_at_k
 
@@ -37,8 +36,14 @@ WORKSPACE_README = """# Workspace of the agent system (terminal: shell tasks, gr
 """
 
 
-class TerminalDomain:
+class TerminalDomain(common.RowSystems):
     name = "terminal"
+    # Systems (common.RowSystems): the initial one has a few rows, some with wrong commands, the
+    # configured trainer and the plain harness; the reference one more rows, all right, a tuned
+    # trainer and the repair harness.
+    make_rows = staticmethod(datatools.make_rows)
+    harnesses, readme = HARNESSES, WORKSPACE_README
+    reference_rows, reference_trainer, reference_harness = REFERENCE_ROWS, REFERENCE_TRAINER, "repair"
 
     # --- provisioning -----------------------------------------------------------------------
     def provision(self, task: TaskConfig, out: Path) -> dict:
@@ -82,22 +87,6 @@ class TerminalDomain:
             f"{t['instruction']}\n{datatools.solution_command(t)}"
             for t in (rng.choice(tasks) for _ in range(n))
         ]
-
-    # --- systems ----------------------------------------------------------------------------
-    def write_initial_system(
-        self, ws: Path, task: TaskConfig, trainer: TrainerConfig, data_dir: Path
-    ) -> None:
-        """A few rows, some with wrong commands; the configured trainer; the plain harness."""
-        rows = datatools.make_rows(self.split(data_dir, "pool"), task.initial_data_size, task.data_seed,
-                                   flawed=task.initial_noise)  # fmt: skip
-        self._write(ws, rows, trainer_dict(trainer), "plain")
-
-    def write_reference_system(self, ws: Path, task: TaskConfig, data_dir: Path) -> None:
-        rows = datatools.make_rows(self.split(data_dir, "pool"), REFERENCE_ROWS, task.data_seed + 1)
-        self._write(ws, rows, REFERENCE_TRAINER, "repair")
-
-    def _write(self, ws: Path, rows: list[dict], trainer: dict, harness: str) -> None:
-        common.write_system(ws, rows, trainer, HARNESSES / harness, WORKSPACE_README)
 
     # --- episodes and scores ----------------------------------------------------------------
     def episodes(self, data_dir: Path, split: str, task: TaskConfig, sandbox=None) -> list[TerminalEpisode]:
