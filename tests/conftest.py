@@ -1,7 +1,9 @@
-"""Shared fixtures: a Prefect server for flow tests and a small, fast bench config."""
+"""Shared fixtures: a Prefect server for flow tests, a small, fast bench config, a host server
+and scripted-harness play in bwrap sandboxes."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -85,3 +87,39 @@ def host_server():
     stop.set()
     t.join()
     srv.close()
+
+
+@pytest.fixture
+def play_scripted(tmp_path):
+    """Plays a domain's episodes with a test harness in bwrap sandboxes.
+
+    `play(domain, data_dir, task, code, files, split="test")` writes `code` as harness.py under
+    tmp_path/harness beside `files` (name -> JSON value), gives it an empty model folder and
+    returns (episodes, runner.play's outcome).
+    """
+    from vtb import runner
+    from vtb.sandbox import make_sandbox
+    from vtb.sandbox.base import Limits
+
+    def play(domain, data_dir, task, code: str, files: dict, split: str = "test"):
+        harness = tmp_path / "harness"
+        harness.mkdir()
+        (harness / "harness.py").write_text(code)
+        for name, value in files.items():
+            (harness / name).write_text(json.dumps(value))
+        model = tmp_path / "model"
+        model.mkdir()
+        sandbox = make_sandbox("bwrap")
+        episodes = domain.episodes(data_dir, split, task, sandbox=sandbox)
+        out = runner.play(
+            sandbox,
+            harness,
+            model,
+            episodes,
+            limits=Limits(wall_seconds=300, cpu_seconds=300),
+            round_timeout_s=60,
+            per_episode_timeout_s=1,
+        )
+        return episodes, out
+
+    return play

@@ -14,16 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from vtb import runner
 from vtb.config import TaskConfig
 from vtb.domains.swe import patching
 from vtb.domains.swe.domain import SweDomain
-from vtb.sandbox import make_sandbox
-from vtb.sandbox.base import Limits
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (scripts/install.sh)")
 
-LIMITS = Limits(wall_seconds=300, cpu_seconds=300)
 TASK = TaskConfig(name="swe", n_pool=12, n_val=6, n_test=18)
 
 # Answers each instance with the patch listed for it in patches.json (empty when none).
@@ -44,25 +40,15 @@ def data_dir(tmp_path_factory) -> Path:
     return out
 
 
-def _play(tmp_path: Path, data_dir: Path, patches: dict[str, str], code: str = SCRIPTED):
+def _play(play_scripted, data_dir: Path, patches: dict[str, str], code: str = SCRIPTED):
     domain = SweDomain()
-    harness = tmp_path / "harness"
-    harness.mkdir()
-    (harness / "harness.py").write_text(code)
-    (harness / "patches.json").write_text(json.dumps(patches))
-    model = tmp_path / "model"
-    model.mkdir()
-    sandbox = make_sandbox("bwrap")
-    episodes = domain.episodes(data_dir, "test", TASK, sandbox=sandbox)
-    out = runner.play(
-        sandbox, harness, model, episodes, limits=LIMITS, round_timeout_s=60, per_episode_timeout_s=1
-    )
+    episodes, out = play_scripted(domain, data_dir, TASK, code, {"patches.json": patches})
     return episodes, out, domain
 
 
-def test_gold_patches_resolve_every_test_instance_and_reports_have_swe_bench_shapes(tmp_path, data_dir):
+def test_gold_patches_resolve_every_test_instance_and_reports_have_swe_bench_shapes(play_scripted, data_dir):
     gold = {i["instance_id"]: i["patch"] for i in SweDomain().split(data_dir, "test")}
-    episodes, out, domain = _play(tmp_path, data_dir, gold)
+    episodes, out, domain = _play(play_scripted, data_dir, gold)
     assert [ep.reward() for ep in episodes] == [1.0] * TASK.n_test, [
         ep.record() for ep in episodes if not ep.reward()
     ]
@@ -77,8 +63,8 @@ def test_gold_patches_resolve_every_test_instance_and_reports_have_swe_bench_sha
     assert set(first) == {"instance_id", "model_name_or_path", "model_patch"}
 
 
-def test_an_empty_patch_resolves_nothing(tmp_path, data_dir):
-    episodes, out, domain = _play(tmp_path, data_dir, {})
+def test_an_empty_patch_resolves_nothing(play_scripted, data_dir):
+    episodes, out, domain = _play(play_scripted, data_dir, {})
     assert sum(ep.reward() for ep in episodes) == 0.0
     report = domain.artifacts(episodes)["report.json"]
     assert report["empty_patch_instances"] == TASK.n_test and report["resolved_instances"] == 0
@@ -99,7 +85,9 @@ def _replace_fix_line(instance: dict, code: str) -> str:
     )
 
 
-def test_attacking_patches_do_not_resolve_and_runaway_tests_are_stopped(tmp_path, data_dir, host_server):
+def test_attacking_patches_do_not_resolve_and_runaway_tests_are_stopped(
+    tmp_path, play_scripted, data_dir, host_server
+):
     port, hits = host_server
     instances = SweDomain().split(data_dir, "test")
     force_pass = (
@@ -116,7 +104,7 @@ def test_attacking_patches_do_not_resolve_and_runaway_tests_are_stopped(tmp_path
         instances[5]["instance_id"]: _replace_fix_line(instances[5], "while True: __import__('os').fork()"),
         instances[6]["instance_id"]: _replace_fix_line(instances[6], connect),  # reach the host's network
     }
-    episodes, out, domain = _play(tmp_path, data_dir, patches)
+    episodes, out, domain = _play(play_scripted, data_dir, patches)
     for ep in episodes[:7]:
         assert ep.reward() == 0.0, ep.record()
     assert not (tmp_path / "escape.py").exists()
@@ -144,6 +132,6 @@ serve(lambda batch: [{"type": "patch", "patch": "" if not look() else "FOUND " +
 """
 
 
-def test_a_harness_cannot_find_the_hidden_tests(tmp_path, data_dir):
-    episodes, out, domain = _play(tmp_path, data_dir, {"__data_dir__": str(data_dir)}, HUNTER)
+def test_a_harness_cannot_find_the_hidden_tests(play_scripted, data_dir):
+    episodes, out, domain = _play(play_scripted, data_dir, {"__data_dir__": str(data_dir)}, HUNTER)
     assert all(ep.prediction()["model_patch"] == "" for ep in episodes)

@@ -14,16 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from vtb import runner
 from vtb.config import TaskConfig
 from vtb.domains.terminal import datatools
 from vtb.domains.terminal.domain import TerminalDomain
-from vtb.sandbox import make_sandbox
-from vtb.sandbox.base import Limits
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (scripts/install.sh)")
 
-LIMITS = Limits(wall_seconds=300, cpu_seconds=300)
 TASK = TaskConfig(
     name="terminal", n_pool=16, n_val=8, n_test=24, trials=1, pass_k=1, max_steps_per_episode=10
 )
@@ -52,28 +48,17 @@ def data_dir(tmp_path_factory) -> Path:
     return out
 
 
-def _play(tmp_path: Path, data_dir: Path, plan: dict[str, list[str]], task: TaskConfig = TASK):
-    domain = TerminalDomain()
-    harness = tmp_path / "harness"
-    harness.mkdir()
-    (harness / "harness.py").write_text(SCRIPTED)
-    (harness / "commands.json").write_text(json.dumps(plan))
-    model = tmp_path / "model"
-    model.mkdir()
-    sandbox = make_sandbox("bwrap")
-    episodes = domain.episodes(data_dir, "test", task, sandbox=sandbox)
-    out = runner.play(
-        sandbox, harness, model, episodes, limits=LIMITS, round_timeout_s=60, per_episode_timeout_s=1
-    )
-    return episodes, out, domain.metrics(episodes, task)
+def _play(play_scripted, data_dir: Path, plan: dict[str, list[str]], task: TaskConfig = TASK):
+    episodes, out = play_scripted(TerminalDomain(), data_dir, task, SCRIPTED, {"commands.json": plan})
+    return episodes, out, TerminalDomain().metrics(episodes, task)
 
 
 def _gold(data_dir: Path) -> dict[str, list[str]]:
     return {t["id"]: [datatools.solution_command(t)] for t in TerminalDomain().split(data_dir, "test")}
 
 
-def test_the_gold_solutions_resolve_every_test_task(tmp_path, data_dir):
-    episodes, out, metrics = _play(tmp_path, data_dir, _gold(data_dir))
+def test_the_gold_solutions_resolve_every_test_task(play_scripted, data_dir):
+    episodes, out, metrics = _play(play_scripted, data_dir, _gold(data_dir))
     assert len(episodes) == TASK.n_test
     assert [ep.reward() for ep in episodes] == [1.0] * len(episodes), [
         ep.record() for ep in episodes if not ep.reward()
@@ -82,14 +67,14 @@ def test_the_gold_solutions_resolve_every_test_task(tmp_path, data_dir):
     assert out.crashes == 0 and out.rounds == 2 and metrics["declared_done"] == len(episodes)
 
 
-def test_an_empty_action_resolves_nothing(tmp_path, data_dir):
-    episodes, out, metrics = _play(tmp_path, data_dir, {})
+def test_an_empty_action_resolves_nothing(play_scripted, data_dir):
+    episodes, out, metrics = _play(play_scripted, data_dir, {})
     assert sum(ep.reward() for ep in episodes) == 0.0 and metrics["pass@1"] == 0.0
     assert all(ep.finished and not ep.history for ep in episodes)
     assert all(ep.record()["tests"] for ep in episodes)  # the tests ran, and failed
 
 
-def test_attacks_fail_and_the_episode_is_graded_as_usual(tmp_path, data_dir, host_server):
+def test_attacks_fail_and_the_episode_is_graded_as_usual(tmp_path, play_scripted, data_dir, host_server):
     port, hits = host_server
     hidden = data_dir / "hidden" / "test.jsonl"
     outside = tmp_path / "outside.txt"
@@ -107,7 +92,7 @@ def test_attacks_fail_and_the_episode_is_graded_as_usual(tmp_path, data_dir, hos
     solved, attacked_only = tasks[0], tasks[1]
     plan = {solved["id"]: [*attacks, datatools.solution_command(solved)], attacked_only["id"]: attacks}
     episodes, out, metrics = _play(
-        tmp_path, data_dir, plan, TaskConfig(**{**TASK.__dict__, "max_steps_per_episode": 12})
+        play_scripted, data_dir, plan, TaskConfig(**{**TASK.__dict__, "max_steps_per_episode": 12})
     )
     by_task = {ep.task["id"]: ep for ep in episodes}
     assert by_task[solved["id"]].reward() == 1.0  # the attacks changed nothing: graded as usual
@@ -121,7 +106,7 @@ def test_attacks_fail_and_the_episode_is_graded_as_usual(tmp_path, data_dir, hos
     assert not outside.exists() and not Path("/usr/pwned").exists()
 
 
-def test_a_command_that_loops_or_forks_forever_is_stopped(tmp_path, data_dir):
+def test_a_command_that_loops_or_forks_forever_is_stopped(play_scripted, data_dir):
     tasks = TerminalDomain().split(data_dir, "test")
     short = {**TASK.__dict__}
     plan = {
@@ -132,15 +117,8 @@ def test_a_command_that_loops_or_forks_forever_is_stopped(tmp_path, data_dir):
     for t in tasks[:2]:  # shorten their agent time so the test is quick
         t["max_agent_timeout_sec"] = 5
     (data_dir / "hidden" / "short.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks[:3]))
-    domain = TerminalDomain()
-    sandbox = make_sandbox("bwrap")
-    episodes = domain.episodes(data_dir, "short", TaskConfig(**short), sandbox=sandbox)
-    harness, model = tmp_path / "harness", tmp_path / "model"
-    harness.mkdir(), model.mkdir()
-    (harness / "harness.py").write_text(SCRIPTED)
-    (harness / "commands.json").write_text(json.dumps(plan))
-    out = runner.play(
-        sandbox, harness, model, episodes, limits=LIMITS, round_timeout_s=60, per_episode_timeout_s=1
+    episodes, out = play_scripted(
+        TerminalDomain(), data_dir, TaskConfig(**short), SCRIPTED, {"commands.json": plan}, split="short"
     )
     loop, bomb, fine = episodes
     assert loop.history[0]["timed_out"] and loop.reward() == 0.0
