@@ -25,7 +25,8 @@ from prefect import flow  # noqa: E402
 
 from steps import agent_turn_step, bind, play_step, provision_data_step, provision_model_step, train_step  # noqa: E402
 from vtb import pipeline, record  # noqa: E402
-from vtb.agents import Feedback  # noqa: E402
+from vtb.agents import Feedback, make_agent  # noqa: E402
+from vtb.agents.prompt import template_digest  # noqa: E402
 from vtb.config import BenchConfig  # noqa: E402
 from vtb.hashing import code_version, hash_json  # noqa: E402
 from vtb.ledger import Charge, Ledger  # noqa: E402
@@ -145,6 +146,7 @@ class Bench:
             "parts": part_hashes(self.store / sid),
             "edits": (turn or {}).get("edits", {}),
             "notes": (turn or {}).get("notes", "initial system"),
+            "agent": _agent_use(turn),
             "train": {k: trained[k] for k in ("ok", "killed", "returncode", "summary", "charge")},
             "train_key": train_key,
             "checkpoint": trained["checkpoint"],
@@ -156,7 +158,7 @@ class Bench:
             "budget_after": self.ledger.summary(),
         }
         self.history.append(entry)
-        self.rec.write_iteration(entry, (turn or {}).get("trajectory", []))
+        self.rec.write_iteration(entry, (turn or {}).get("trajectory", []), (turn or {}).get("egress", []))
         score = "failed" if val is None else f"{val['score']:.3f}"
         say(f"iteration {iteration}: val {score}; budget {self.ledger.used():.3g}/{self.ledger.limit:.3g} "
             f"{self.ledger.unit}", self.t0)  # fmt: skip
@@ -176,9 +178,8 @@ class Bench:
             feedback = Feedback(task=cfg.task.name, iteration=it, max_iterations=cfg.agent.max_iterations,
                                 seed=cfg.seed, history=[_public(h) for h in self.history],
                                 budget=self.ledger.summary())  # fmt: skip
-            key = hash_json(
-                ["turn", asdict(cfg.agent), cfg.seed, before, asdict(feedback), code_version("agents")]
-            )
+            key = hash_json(["turn", asdict(cfg.agent), template_digest(cfg.agent, cfg.task.name), cfg.seed,
+                             before, asdict(feedback), code_version("agents")])  # fmt: skip
             say(f"iteration {it}: {cfg.agent.name} agent turn", self.t0)
             turn = self._call("turn", key=key, agent_cfg=cfg.agent, feedback=asdict(feedback), before=before,
                                       store=str(self.store), workspace=str(ws), data_dir=str(self.data_dir),
@@ -238,6 +239,15 @@ class Bench:
         return result
 
 
+def _agent_use(turn: dict | None) -> dict:
+    """What the research agent's turn spent itself (its LLM tokens and cost) and why it ended."""
+    if not turn:
+        return {"tokens": 0, "cost_usd": 0.0, "stopped": None}
+    charge = turn["charge"]
+    return {"tokens": charge.get("agent_tokens", 0), "cost_usd": round(charge.get("agent_cost_usd", 0.0), 6),
+            "stopped": turn.get("stopped"), "egress_requests": len(turn.get("egress", []))}  # fmt: skip
+
+
 def _public(entry: dict) -> dict:
     """What the research agent may see of a past iteration."""
     keys = ("iteration", "snapshot", "edits", "notes", "val_score", "charge")
@@ -247,6 +257,7 @@ def _public(entry: dict) -> dict:
 def run_bench(cfg: BenchConfig) -> dict:
     """Run one bench as a Prefect flow run; returns result.json's content."""
     name = default_run_id(cfg) if cfg.run_id is None else cfg.run_id
+    make_agent(cfg.agent)  # a misconfigured agent (no endpoint, CLI not installed) fails before any work
     return bench_flow.with_options(flow_run_name=name)(cfg)
 
 

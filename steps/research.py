@@ -1,7 +1,8 @@
 """A research-agent turn: the agent edits the workspace; the result is snapshotted.
 
-Cached by hash(agent config, seed, iteration, workspace before, feedback), so a resumed run
-replays an agent's past edits instead of asking it again.
+Cached by hash(agent config, prompt template, seed, workspace before, feedback), so a resumed
+run replays an agent's past edits instead of asking it again. API keys the agent was given
+are scrubbed from its trajectory and its workspace before anything is stored.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from steps.common import step
 from vtb import pipeline, runner
 from vtb.agents import Feedback, make_agent
 from vtb.config import AgentConfig, SandboxConfig
-from vtb.research import SandboxResearchEnv
+from vtb.research import SandboxResearchEnv, redact, scrub_workspace, secret_values
 from vtb.workspace import changed_files, restore, snapshot
 
 
@@ -40,19 +41,25 @@ def agent_turn_step(
         runner.research_mounts(ws, Path(data_dir), Path(base_dir)),
         pipeline.step_limits(sandbox_cfg, None, cpu_seconds),
     )
-    error = None
+    error, stopped = None, None
     try:
         result = make_agent(agent_cfg).turn(env)
-        done, notes = result.done, result.notes
+        done, notes, stopped = result.done, result.notes, result.stopped
     except Exception as e:  # an agent that fails loses its turn, not the run
         done, notes, error = True, f"agent failed: {type(e).__name__}: {e}", repr(e)
+    secrets = secret_values([*agent_cfg.env, *([agent_cfg.api_key_env] if agent_cfg.api_key_env else [])])
+    scrubbed = scrub_workspace(ws, secrets)
+    if scrubbed:
+        env.note({"redacted_files": scrubbed})
     after = snapshot(ws, store_)
-    return {
+    return redact({
         "after": after,
         "done": done,
         "notes": notes,
+        "stopped": stopped,
         "error": error,
         "edits": changed_files(store_, before, after),
         "charge": asdict(env.charge),
         "trajectory": env.log,
-    }
+        "egress": env.egress,
+    }, secrets)  # fmt: skip

@@ -2,59 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from tests.chat_server import ChatServer, error, text
 from vtb.domains.tau.llm_user import STOP, LLMUser, UserSimulatorError
 
 INSTRUCTION = "You are Yusuf Rossi in 19122 and want to cancel order #W1234567 because you no longer need it."
-
-
-class ChatServer(ThreadingHTTPServer):
-    """Replies from a script of (status, content) pairs and records every request."""
-
-    def __init__(self, script: list[tuple[int, str]]) -> None:
-        super().__init__(("127.0.0.1", 0), ChatHandler)
-        self.script = list(script)
-        self.requests: list[dict] = []
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
-
-
-class ChatHandler(BaseHTTPRequestHandler):
-    server: ChatServer
-
-    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.requests.append(
-            {"path": self.path, "auth": self.headers.get("Authorization"), "body": body}
-        )
-        status, content = self.server.script.pop(0)
-        reply = (
-            {
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": content}}],
-                "usage": {"prompt_tokens": 10, "completion_tokens": 3},
-            }
-            if status == 200
-            else {"error": {"message": "overloaded"}}
-        )
-        data = json.dumps(reply).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture
@@ -62,15 +19,13 @@ def serve() -> Iterator:
     servers = []
 
     def start(script: list[tuple[int, str]]) -> ChatServer:
-        server = ChatServer(script)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        server = ChatServer([text(c) if status == 200 else error(status) for status, c in script])
         servers.append(server)
         return server
 
     yield start
     for server in servers:
-        server.shutdown()
-        server.server_close()
+        server.stop()
 
 
 def test_conversation_roles_auth_and_usage(serve, monkeypatch) -> None:

@@ -81,9 +81,26 @@ class TrainerConfig:
 @dataclass
 class AgentConfig:
     name: str = "greedy"
-    module: str | None = None  # defaults to vtb.agents.<name>
+    module: str | None = None  # defaults to vtb.agents.<factory>
+    factory: str | None = None  # the registered agent to build (e.g. cli); defaults to name
     max_iterations: int = 6  # research-agent turns after the initial system
-    options: dict = field(default_factory=dict)
+    options: dict = field(default_factory=dict)  # agent-specific knobs (greedy: margin; llm: temperature)
+    # -- LLM and CLI research agents (conf/agent/llm.yaml, conf/agent/claude_code.yaml, ...) --
+    base_url: str | None = None  # llm: OpenAI-compatible endpoint, e.g. http://localhost:8000/v1
+    model: str | None = None  # the model the endpoint serves (llm) or the CLI is told to use
+    api_key_env: str | None = None  # llm: NAME of the env var holding the key (never recorded)
+    prompt: str = "prompts/research.md"  # turn prompt template, relative to conf/ or absolute
+    max_steps: int = 30  # per turn: model calls (llm); the CLI's own turn limit ({max_steps})
+    max_tokens: int = 200_000  # per turn: prompt + completion tokens (llm)
+    turn_wall_s: float = 1800.0  # per turn: wall time
+    prices: dict = field(default_factory=dict)  # model name -> {input, output}: USD per 1M tokens
+    command: str | None = None  # cli: shell command run in the research sandbox (cwd = workspace)
+    allow_hosts: list[str] = field(default_factory=list)  # cli: egress allowlist, host or host:port
+    env: list[str] = field(default_factory=list)  # cli: env vars passed in by NAME (API keys)
+    set_env: dict = field(default_factory=dict)  # cli: fixed env values (not secrets)
+    mounts: list[str] = field(default_factory=list)  # cli: host dirs mounted read-only (its install)
+    usage: str = "none"  # cli: read tokens/cost from its output: none | claude | codex
+    install_hint: str = ""  # cli: shown when its binary is missing
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 config.json        resolved config          manifest.json   every component hash
 iterations/NN.json one per iteration        trajectories/   agent actions per turn
+egress.jsonl       a CLI agent's network requests (allowed or refused)
 submission/        selected parts + model   grading.json    test results (+ null-model check)
 ledger.jsonl       every charge             result.json     the headline numbers
 report.md          human report with plots (val per iteration; test scores)
@@ -48,6 +49,7 @@ class RunRecord:
         self.dir.mkdir(parents=True, exist_ok=True)
         for stale in ("iterations", "trajectories"):
             shutil.rmtree(self.dir / stale, ignore_errors=True)  # a resumed run rewrites them all
+        (self.dir / "egress.jsonl").unlink(missing_ok=True)
         _dump(self.dir / "config.json", asdict(cfg))
 
     def write_artifact(self, relpath: str, content: object) -> None:
@@ -58,10 +60,13 @@ class RunRecord:
             (self.dir / relpath).parent.mkdir(parents=True, exist_ok=True)
             (self.dir / relpath).write_text(str(content))
 
-    def write_iteration(self, entry: dict, trajectory: list[dict]) -> None:
+    def write_iteration(self, entry: dict, trajectory: list[dict], egress: list[dict] = ()) -> None:
         _dump(self.dir / "iterations" / f"{entry['iteration']:02d}.json", entry)
         if trajectory:
             _dump(self.dir / "trajectories" / f"{entry['iteration']:02d}.json", trajectory)
+        with open(self.dir / "egress.jsonl", "a") as f:
+            for request in egress:
+                f.write(json.dumps({"iteration": entry["iteration"], **request}) + "\n")
 
     def write_timings(self, wall_seconds: float, steps: list[dict]) -> None:
         """Wall time per step call, and how much of the run was spent in sandboxed compute."""
@@ -132,6 +137,8 @@ class RunRecord:
                 "unit": budget["unit"],
                 "flops": budget["flops"],
                 "cpu_seconds": budget["cpu_seconds"],
+                "agent_tokens": budget["agent_tokens"],
+                "agent_cost_usd": round(budget["agent_cost_usd"], 6),
             },  # fmt: skip
             "iterations": len(history) - 1,
             "gains_by_part": gains,
@@ -185,6 +192,7 @@ def summary_table(result: dict) -> str:
         ("reference system (test)", score(result["reference"])),
         (f"budget used ({b['unit']})", f"{b['used']:.3g} of {b['limit']:.3g}"),
         ("metered CPU-seconds", f"{b['cpu_seconds']:.0f}"),
+        ("research agent's LLM", f"{b.get('agent_tokens', 0)} tokens, ${b.get('agent_cost_usd', 0.0):.4f}"),
         ("gain by part (val)", ", ".join(f"{k} {v:+.3f}" for k, v in result["gains_by_part"].items()) or "-"),
         ("run record", result["record"]),
     ]
@@ -226,14 +234,17 @@ def write_report(run_dir: Path, result: dict, history: list[dict], grades: dict)
         "",
         "## Iterations",
         "",
-        "| it | val | edits | budget used after | notes |",
-        "|---:|---:|---|---:|---|",
+        "| it | val | edits | budget used after | agent tokens | agent cost | notes |",
+        "|---:|---:|---|---:|---:|---:|---|",
     ]
     for h in history:
         edits = "; ".join(f"{p}: {', '.join(f)}" for p, f in h["edits"].items()) or "-"
         val = "failed" if h["val_score"] is None else f"{h['val_score']:.3f}"
+        use = h.get("agent") or {}
+        notes = " ".join(str(h["notes"]).split()).replace("|", "\\|")  # one table cell
         lines.append(
-            f"| {h['iteration']} | {val} | {edits} | {h['budget_after']['used']:.3g} | {h['notes']} |"
+            f"| {h['iteration']} | {val} | {edits} | {h['budget_after']['used']:.3g} | {use.get('tokens', 0)} | "
+            f"${use.get('cost_usd', 0.0):.4f} | {notes} |"
         )
     sub = grades["submitted"]
     lines += [

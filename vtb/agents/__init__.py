@@ -1,9 +1,10 @@
 """Research agents: what improves the agent system between iterations.
 
-An agent is a factory registered by name (`@register("name")`) in its own module; its config
-file conf/agent/<name>.yaml sets `name` (and `module` when it lives outside vtb.agents).
-Each turn it gets a `ResearchEnv` and edits the workspace through it; the pipeline then
-trains and validates the result. Adding an agent is one module plus one config file.
+An agent is a factory registered by name (`@register("name")`) in its own module, called with
+the run's `AgentConfig` once per turn; its config file conf/agent/<name>.yaml sets `name`
+(and `module` when it lives outside vtb.agents). Each turn it gets a `ResearchEnv` and edits
+the workspace through it; the pipeline then trains and validates the result. Adding an agent
+is one module plus one config file.
 """
 
 from __future__ import annotations
@@ -50,22 +51,27 @@ class ResearchEnv(Protocol):
 
     def feedback(self) -> Feedback: ...
 
+    def charge_agent(self, tokens: int, cost_usd: float) -> None: ...  # an LLM's tokens, to the ledger
+
+    def note(self, entry: dict) -> None: ...  # one trajectory entry (e.g. a model call)
+
 
 @dataclass
 class TurnResult:
     done: bool = False  # True: stop iterating and submit the best candidate
     notes: str = ""
+    stopped: str | None = None  # the per-turn limit that ended the turn: steps | tokens | wall
 
 
 class ResearchAgent(Protocol):
     def turn(self, env: ResearchEnv) -> TurnResult: ...
 
 
-_REGISTRY: dict[str, Callable[[dict], ResearchAgent]] = {}
+_REGISTRY: dict[str, Callable[[AgentConfig], ResearchAgent]] = {}
 
 
 def register(name: str):
-    def deco(factory: Callable[[dict], ResearchAgent]):
+    def deco(factory: Callable[[AgentConfig], ResearchAgent]):
         _REGISTRY[name] = factory
         return factory
 
@@ -73,15 +79,16 @@ def register(name: str):
 
 
 def make_agent(cfg: AgentConfig) -> ResearchAgent:
-    module = cfg.module or f"vtb.agents.{cfg.name}"
+    factory = cfg.factory or cfg.name
+    module = cfg.module or f"vtb.agents.{factory}"
     try:
         importlib.import_module(module)
     except ModuleNotFoundError as e:
         raise ValueError(
             f"agent={cfg.name}: cannot import {module} ({e}); add the module or set agent.module"
         ) from e
-    if cfg.name not in _REGISTRY:
+    if factory not in _REGISTRY:
         raise ValueError(
-            f"agent={cfg.name}: {module} registers no agent of that name; known: {sorted(_REGISTRY)}"
+            f"agent={cfg.name}: {module} registers no agent {factory!r}; known: {sorted(_REGISTRY)}"
         )
-    return _REGISTRY[cfg.name](dict(cfg.options))
+    return _REGISTRY[factory](cfg)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vtb.agents import ResearchEnv, TurnResult, register
+from vtb.config import AgentConfig
 
 DOMAINS = Path(__file__).resolve().parents[1] / "domains"
 MATH_HARNESSES = DOMAINS / "math" / "harnesses"
@@ -183,5 +184,5 @@ class GreedyAgent:
 
 
 @register("greedy")
-def make(options: dict) -> GreedyAgent:
-    return GreedyAgent(margin=float(options.get("margin", 1.0)))
+def make(cfg: AgentConfig) -> GreedyAgent:
+    return GreedyAgent(margin=float(cfg.options.get("margin", 1.0)))

@@ -1,6 +1,7 @@
 """The baseline research agent: changes nothing, so the initial system is submitted."""
 
 from vtb.agents import ResearchEnv, TurnResult, register
+from vtb.config import AgentConfig
 
 
 class NoopAgent:
@@ -9,5 +10,5 @@ class NoopAgent:
 
 
 @register("noop")
-def make(options: dict) -> NoopAgent:
+def make(cfg: AgentConfig) -> NoopAgent:
     return NoopAgent()

@@ -2,25 +2,17 @@
 
 tau-bench scores an agent by how it serves a simulated customer who knows a hidden instruction,
 so the simulator must stay in character, reveal facts only when asked, never invent any, and say
-"###STOP###" when its goal is met. It talks plain HTTP (stdlib urllib) so that a local server, a
-vLLM endpoint or a hosted API all work without extra packages. Transient HTTP and connection
-failures are retried briefly; a persistent one raises UserSimulatorError, which the caller records
-as a failed episode rather than letting it crash the run.
+"###STOP###" when its goal is met. Requests go through `vtb.chat.ChatClient` (plain HTTP, retries
+for transient faults); a persistent failure raises UserSimulatorError, which the caller records as
+a failed episode rather than letting it crash the run.
 """
 
 from __future__ import annotations
 
-import http.client
-import json
-import os
-import time
-import urllib.error
-import urllib.request
+from vtb.chat import ChatClient, ChatError, usage_of
 
 STOP = "###STOP###"
 AGENT_GREETING = "Hi! How can I help you today?"
-RETRIES = 2
-_RETRY_STATUS = {408, 429}
 
 SYSTEM_PROMPT = """You are role-playing a customer who is contacting a customer-service agent by chat.
 Stay in character as the customer for the whole conversation: you are not the agent and you do not
@@ -57,13 +49,11 @@ class LLMUser:
         max_turns: int = 12,
         retry_backoff_s: float = 0.5,
     ) -> None:
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self.model = model
-        self.api_key_env = api_key_env
+        self.client = ChatClient(
+            base_url, model, api_key_env, timeout_s=timeout_s, retry_backoff_s=retry_backoff_s
+        )
         self.temperature = temperature
-        self.timeout_s = timeout_s
         self.max_turns = max_turns
-        self.retry_backoff_s = retry_backoff_s
         self.usage = {"prompt_tokens": 0, "completion_tokens": 0}  # summed over the object's life
         self.messages: list[dict] = []
         self.turns = 0
@@ -87,41 +77,20 @@ class LLMUser:
         return self._reply()
 
     def _reply(self) -> str:
-        body = self._post({"model": self.model, "messages": self.messages, "temperature": self.temperature})
+        try:
+            body = self.client.complete(self.messages, temperature=self.temperature)
+        except ChatError as err:
+            raise UserSimulatorError(f"user simulator {err}") from err
         try:
             content = body["choices"][0]["message"]["content"] or ""
         except (KeyError, IndexError, TypeError):
             raise UserSimulatorError(
-                f"{self.url}: response has no choices[0].message.content: {body!r:.200}"
+                f"{self.client.url}: response has no choices[0].message.content: {body!r:.200}"
             ) from None
-        for key in self.usage:
-            self.usage[key] += int((body.get("usage") or {}).get(key) or 0)
+        prompt, completion = usage_of(body) or (0, 0)
+        self.usage["prompt_tokens"] += prompt
+        self.usage["completion_tokens"] += completion
         content = content.strip()
         self.messages.append({"role": "assistant", "content": content})
         self.turns += 1
         return content
-
-    def _post(self, payload: dict) -> dict:
-        headers = {"Content-Type": "application/json"}
-        if key := os.environ.get(self.api_key_env):
-            headers["Authorization"] = f"Bearer {key}"
-        data = json.dumps(payload).encode()
-        for attempt in range(RETRIES + 1):
-            request = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                    return json.loads(response.read())
-            except urllib.error.HTTPError as err:
-                detail = err.read().decode(errors="replace")[:200]
-                cause = f"HTTP {err.code} {err.reason}: {detail}"
-                transient = err.code >= 500 or err.code in _RETRY_STATUS
-            except (OSError, http.client.HTTPException) as err:  # refused, reset, timed out, cut short
-                cause, transient = f"{type(err).__name__}: {err}", True
-            except json.JSONDecodeError as err:
-                cause, transient = f"response is not JSON ({err.msg})", False
-            if not transient or attempt == RETRIES:
-                break
-            time.sleep(self.retry_backoff_s * 2**attempt)
-        raise UserSimulatorError(
-            f"user simulator request to {self.url} failed after {attempt + 1} attempt(s): {cause}"
-        )

@@ -1,0 +1,220 @@
+"""The egress proxy and agent=cli: allowlist, logging, no direct network, key scrubbing."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import needs_bwrap
+from vtb.agents import Feedback, make_agent
+from vtb.agents.cli import fill, usage_from_output
+from vtb.config import AgentConfig
+from vtb.research import SandboxResearchEnv, redact, scrub_workspace, secret_values
+from vtb.runner import research_mounts
+from vtb.sandbox import make_sandbox
+from vtb.sandbox.base import Limits
+from vtb.sandbox.egress import EgressProxy, allowed, parse_allow
+
+KEY = "sk-cli-fedcba9876543210"
+
+
+class _Hello(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802
+        self.server.hits.append(self.path)
+        body = f"hello {self.path}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def web():
+    """Two real HTTP servers on the host's 127.0.0.1: one the allowlist names, one it does not."""
+    servers = []
+    for _ in range(2):
+        srv = ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
+        srv.hits = []
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        servers.append(srv)
+    yield servers
+    for srv in servers:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_allowlist_rules() -> None:
+    rules = parse_allow(["api.anthropic.com", "127.0.0.1:8000", "*.example.org"])
+    assert allowed(rules, "api.anthropic.com", 443) and allowed(rules, "API.anthropic.com", 80)
+    assert not allowed(rules, "api.anthropic.com", 22)  # no port given: 443 and 80 only
+    assert allowed(rules, "127.0.0.1", 8000) and not allowed(rules, "127.0.0.1", 8001)
+    assert allowed(rules, "a.b.example.org", 443) and not allowed(rules, "example.org.evil.com", 443)
+    with pytest.raises(ValueError, match="host or host:port"):
+        parse_allow(["https://api.openai.com/v1"])
+
+
+def _ask(path: Path, request: bytes) -> bytes:
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(path))
+        s.sendall(request)
+        out = b""
+        while chunk := s.recv(4096):
+            out += chunk
+    return out
+
+
+def test_proxy_connect_and_plain_http_are_logged(tmp_path, web, host_server) -> None:
+    allowed_srv, other = web
+    a_port, o_port = allowed_srv.server_address[1], other.server_address[1]
+    t_port, _ = host_server
+    with EgressProxy([f"127.0.0.1:{a_port}", f"127.0.0.1:{t_port}"], tmp_path / "eg") as proxy:
+        got = _ask(
+            proxy.path, f"GET http://127.0.0.1:{a_port}/x?y=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
+        )
+        assert got.startswith(b"HTTP/1.0 200") and got.endswith(b"hello /x?y=1")
+        tunnel = _ask(proxy.path, f"CONNECT 127.0.0.1:{t_port} HTTP/1.1\r\n\r\n".encode())
+        assert tunnel == b"HTTP/1.1 200 Connection established\r\n\r\nHOST-SERVER-DATA"
+        refused = _ask(proxy.path, f"GET http://127.0.0.1:{o_port}/secret HTTP/1.1\r\n\r\n".encode())
+        assert refused.startswith(b"HTTP/1.1 403") and b"allowlist" in refused
+        assert _ask(proxy.path, b"GET /relative HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 400")
+    assert other.hits == [] and allowed_srv.hits == ["/x?y=1"]
+    log = [(e["method"], e["port"], e["allowed"], e["status"]) for e in proxy.log]
+    assert log == [("GET", a_port, True, "done"), ("CONNECT", t_port, True, "done"),
+                   ("GET", o_port, False, "refused"), ("GET /relative HTTP/1.1", None, False, "bad-request")]  # fmt: skip
+    assert proxy.log[0]["bytes_down"] > 0 and proxy.log[1]["bytes_down"] == len(b"HOST-SERVER-DATA")
+    assert not proxy.path.exists()
+
+
+def test_usage_from_cli_output() -> None:
+    claude = ['{"type":"system"}', "not json",
+              '{"type":"result","total_cost_usd":0.42,"usage":{"input_tokens":100,"cache_read_input_tokens":900,'
+              '"output_tokens":50}}']  # fmt: skip
+    assert usage_from_output(claude, "claude") == (1000, 50, 0.42)
+    codex = ['{"type":"turn.completed","usage":{"input_tokens":10,"output_tokens":5}}'] * 2
+    assert usage_from_output(codex, "codex") == (20, 10, None)
+    assert usage_from_output(claude, "none") == (0, 0, None)
+
+
+def test_cli_config_errors_name_the_fix(monkeypatch) -> None:
+    with pytest.raises(ValueError, match="agent.command"):
+        make_agent(AgentConfig(name="cli"))
+    with pytest.raises(ValueError, match="not installed.*npm install -g x"):
+        make_agent(
+            AgentConfig(name="x", factory="cli", command="no-such-cli -p", install_hint="npm install -g x")
+        )
+    monkeypatch.delenv("VTB_NO_KEY", raising=False)
+    with pytest.raises(ValueError, match="set VTB_NO_KEY"):
+        make_agent(AgentConfig(name="cli", command="true", env=["VTB_NO_KEY"]))
+    assert fill("a {prompt_file} ${HOME} {x}", prompt_file="/p") == "a /p ${HOME} {x}"
+
+
+def test_redaction(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("VTB_K", KEY)
+    monkeypatch.setenv("VTB_SHORT", "abc")
+    secrets = secret_values(["VTB_K", "VTB_SHORT", "VTB_UNSET"])
+    assert secrets == {"VTB_K": KEY}  # too short to be a key: left alone
+    assert redact({"a": [f"x{KEY}y", 3]}, secrets) == {"a": ["x[redacted:VTB_K]y", 3]}
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "leak.txt").write_text(f"key={KEY}\n")
+    (tmp_path / "ok.txt").write_text("nothing\n")
+    assert scrub_workspace(tmp_path, secrets) == ["d/leak.txt"]
+    assert (tmp_path / "d" / "leak.txt").read_text() == "key=[redacted:VTB_K]\n"
+
+
+STAND_IN = """#!/usr/bin/env python3
+# A stand-in CLI agent: reads its prompt, uses the network three ways, leaks its key, edits a file.
+import json, os, socket, sys, urllib.request
+prompt = open(sys.argv[1]).read()
+print("prompt ok" if "Iteration" in prompt else "prompt missing")
+for name, url in (("allowed", "http://127.0.0.1:{a}/api"), ("refused", "http://127.0.0.1:{o}/exfil")):
+    try:
+        print(name, urllib.request.urlopen(url, timeout=10).status, flush=True)
+    except Exception as e:
+        print(name, "failed", e, flush=True)
+try:
+    socket.create_connection(("127.0.0.1", {a}), timeout=5)
+    print("direct connected")
+except OSError as e:
+    print("direct failed", e)
+print("my key is", os.environ.get("VTB_CLI_KEY"), file=sys.stderr)
+open("data/notes.txt", "w").write("key " + os.environ["VTB_CLI_KEY"] + "\\n")
+cfg = json.load(open("trainer/config.json"))
+cfg["epochs"] = 3
+json.dump(cfg, open("trainer/config.json", "w"))
+open(".submit", "w").close()
+print(json.dumps({{"type": "result", "total_cost_usd": 0.25, "usage": {{"input_tokens": 700, "output_tokens": 30}}}}))
+"""
+
+
+def write_stand_in(folder: Path, allowed_port: int, other_port: int) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "fake-cli"
+    script.write_text(STAND_IN.format(a=allowed_port, o=other_port))
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return script
+
+
+@needs_bwrap()
+def test_cli_turn_through_the_proxy(tmp_path, web, monkeypatch) -> None:
+    allowed_srv, other = web
+    a_port, o_port = allowed_srv.server_address[1], other.server_address[1]
+    monkeypatch.setenv("VTB_CLI_KEY", KEY)
+    script = write_stand_in(tmp_path / "cli", a_port, o_port)
+    cfg = AgentConfig(name="fake", factory="cli", command=f"{script} {{prompt_file}}", allow_hosts=[f"127.0.0.1:{a_port}"],
+                      env=["VTB_CLI_KEY"], mounts=[str(script.parent)], usage="claude")  # fmt: skip
+    ws, data, base = tmp_path / "ws", tmp_path / "data", tmp_path / "base"
+    for d in (ws / "data", ws / "trainer", ws / "harness", data / "research", base):
+        d.mkdir(parents=True)
+    (ws / "trainer" / "config.json").write_text('{"epochs": 2}')
+    env = SandboxResearchEnv(ws, tmp_path / "store", Feedback("math", 1, 2, 0), make_sandbox("bwrap"),
+                             research_mounts(ws, data, base), Limits(wall_seconds=60, cpu_seconds=60))  # fmt: skip
+    result = make_agent(cfg).turn(env)
+
+    assert result.done is True and result.notes == "fake: exited 0, submitted"
+    assert not (ws / ".submit").exists()
+    (run,) = [e for e in env.log if "agent_command" in e]
+    out = {
+        (line["stream"], line["line"].split(" ")[0] + " " + line["line"].split(" ")[1])
+        for line in run["output"]
+    }
+    assert {("stdout", "prompt ok"), ("stdout", "allowed 200"), ("stdout", "refused failed"),
+            ("stdout", "direct failed"), ("stderr", "my key")} <= out  # fmt: skip
+    assert all(isinstance(line["t"], float) for line in run["output"])
+    assert allowed_srv.hits == ["/api"] and other.hits == []
+    assert [(e["port"], e["allowed"]) for e in env.egress] == [(a_port, True), (o_port, False)]
+    assert json.loads((ws / "trainer" / "config.json").read_text()) == {"epochs": 3}
+    assert env.charge.agent_tokens == 730 and env.charge.agent_cost_usd == pytest.approx(0.25)
+    assert env.charge.cpu_seconds > 0
+
+
+@needs_bwrap()
+def test_cli_without_allowlist_has_no_network(tmp_path, web, monkeypatch) -> None:
+    allowed_srv, other = web
+    monkeypatch.setenv("VTB_CLI_KEY", KEY)
+    script = write_stand_in(tmp_path / "cli", allowed_srv.server_address[1], other.server_address[1])
+    cfg = AgentConfig(
+        name="cli", command=f"{script} {{prompt_file}}", env=["VTB_CLI_KEY"], mounts=[str(script.parent)]
+    )
+    ws, data, base = tmp_path / "ws", tmp_path / "data", tmp_path / "base"
+    for d in (ws / "data", ws / "trainer", data / "research", base):
+        d.mkdir(parents=True)
+    (ws / "trainer" / "config.json").write_text("{}")
+    env = SandboxResearchEnv(ws, tmp_path / "store", Feedback("math", 1, 2, 0), make_sandbox("bwrap"),
+                             research_mounts(ws, data, base), Limits(wall_seconds=60, cpu_seconds=60))  # fmt: skip
+    make_agent(cfg).turn(env)
+    (run,) = [e for e in env.log if "agent_command" in e]
+    lines = [line["line"] for line in run["output"]]
+    assert any(line.startswith("allowed failed") for line in lines), lines
+    assert allowed_srv.hits == [] and env.egress == []
+    assert os.environ["VTB_CLI_KEY"] == KEY and sys.executable  # the key stayed in the orchestrator's env

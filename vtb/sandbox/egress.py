@@ -1,0 +1,264 @@
+"""Network for a sandboxed CLI agent: an allowlisting HTTP proxy, reached through a Unix socket.
+
+A research sandbox has no network but its own loopback, so nothing inside can open a
+connection to the outside world. A CLI agent still needs its LLM API; it gets exactly that:
+
+    agent (HTTPS_PROXY=http://127.0.0.1:3128)
+      -> bridge (inside the sandbox: 127.0.0.1:3128 -> /egress/proxy.sock)
+      -> EgressProxy (orchestrator: checks the allowlist, logs, connects upstream)
+
+The Unix socket is the sandbox's only way out, and it ends in the orchestrator's proxy, so the
+allowlist cannot be bypassed from inside (killing the bridge only cuts the agent off). The
+proxy speaks HTTP CONNECT (what HTTPS clients use) and plain absolute-URI HTTP requests, and
+logs every request: time, method, host, port, allowed or refused, bytes each way.
+
+The bridge also runs the agent's command and relays its stdout and stderr as tagged lines
+("1 ..." / "2 ..."), so the orchestrator can timestamp both streams as they arrive.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import select
+import socket
+import socketserver
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+BRIDGE_PORT = 3128  # where the agent finds its proxy inside the sandbox
+SOCKET_DIR = "/egress"  # the orchestrator's socket dir, mounted here
+SOCKET_NAME = "proxy.sock"
+IDLE_TIMEOUT_S = 300.0
+MAX_HEADER_BYTES = 64 << 10
+DEFAULT_PORTS = (443, 80)  # an allowlist entry without a port allows these
+
+
+def parse_allow(entries: list[str]) -> list[tuple[str, int | None]]:
+    """'api.openai.com', 'api.openai.com:443', '*.example.com', '127.0.0.1:8000' -> (host, port)."""
+    out = []
+    for entry in entries:
+        entry = entry.strip().lower()
+        if not entry or "/" in entry:
+            raise ValueError(
+                f"egress allowlist entry {entry!r}: use host or host:port (no scheme, no path), "
+                "e.g. api.anthropic.com or 127.0.0.1:8000"
+            )
+        host, sep, port = entry.rpartition(":") if entry.count(":") == 1 else (entry, "", "")
+        out.append((host, int(port)) if sep else (entry, None))
+    return out
+
+
+def allowed(rules: list[tuple[str, int | None]], host: str, port: int) -> bool:
+    host = host.lower().strip("[]")
+    for rule_host, rule_port in rules:
+        port_ok = port in DEFAULT_PORTS if rule_port is None else port == rule_port
+        host_ok = rule_host == host or (rule_host.startswith("*.") and host.endswith(rule_host[1:]))
+        if port_ok and host_ok:
+            return True
+    return False
+
+
+def _pipe(a: socket.socket, b: socket.socket) -> tuple[int, int]:
+    """Copy both ways until either side closes or both idle past IDLE_TIMEOUT_S; (a->b, b->a) bytes."""
+    sent = {a: 0, b: 0}
+    peer = {a: b, b: a}
+    open_ = [a, b]
+    while open_:
+        ready, _, _ = select.select(open_, [], [], IDLE_TIMEOUT_S)
+        if not ready:
+            break
+        for s in ready:
+            try:
+                chunk = s.recv(65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                open_.remove(s)
+                try:
+                    peer[s].shutdown(socket.SHUT_WR)  # half-close: let the other side finish
+                except OSError:
+                    pass
+                continue
+            try:
+                peer[s].sendall(chunk)
+            except OSError:
+                return sent[a], sent[b]
+            sent[s] += len(chunk)
+    return sent[a], sent[b]
+
+
+@dataclass
+class EgressProxy:
+    """The orchestrator's end: listens on `<dir>/proxy.sock` until `close()`; `log` lists requests."""
+
+    allow: list[str]
+    dir: Path
+    connect_timeout_s: float = 10.0
+    log: list[dict] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.rules = parse_allow(self.allow)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.dir / SOCKET_NAME
+        proxy = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                proxy._handle(self.request)
+
+        self._server = socketserver.ThreadingUnixStreamServer(str(self.path), Handler)
+        self._server.daemon_threads = True
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._server.serve_forever, name="vtb-egress", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self.path.unlink(missing_ok=True)
+
+    def __enter__(self) -> EgressProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _record(self, **entry) -> None:
+        with self._lock:
+            self.log.append(entry)
+
+    def _handle(self, client: socket.socket) -> None:
+        started = time.time()
+        head = b""
+        while b"\r\n\r\n" not in head and len(head) < MAX_HEADER_BYTES:
+            chunk = client.recv(4096)
+            if not chunk:
+                return
+            head += chunk
+        header, _, rest = head.partition(b"\r\n\r\n")
+        lines = header.decode("latin-1").split("\r\n")
+        try:
+            method, target, version = lines[0].split(" ", 2)
+            if method == "CONNECT":
+                host, _, port_s = target.rpartition(":")
+                port, path = int(port_s), ""
+            else:
+                url = urlsplit(target)
+                if url.scheme != "http" or not url.hostname:
+                    raise ValueError(target)
+                host, port = url.hostname, url.port or 80
+                path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+        except ValueError:
+            self._record(time=started, method=lines[0][:60], host=None, port=None, allowed=False,
+                         status="bad-request", bytes_up=0, bytes_down=0)  # fmt: skip
+            _reply(client, 400, "the egress proxy takes CONNECT host:port or an absolute http:// URL")
+            return
+        entry = {"time": started, "method": method, "host": host, "port": port}
+        if not allowed(self.rules, host, port):
+            self._record(**entry, allowed=False, status="refused", bytes_up=0, bytes_down=0)
+            _reply(client, 403, f"egress to {host}:{port} is not in the allowlist (agent.allow_hosts)")
+            return
+        try:
+            upstream = socket.create_connection((host.strip("[]"), port), timeout=self.connect_timeout_s)
+        except OSError as err:
+            self._record(**entry, allowed=True, status=f"upstream-error: {err}", bytes_up=0, bytes_down=0)
+            _reply(client, 502, f"could not connect to {host}:{port}: {err}")
+            return
+        with upstream:
+            upstream.settimeout(None)
+            if method == "CONNECT":
+                client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                first = rest
+            else:  # forward in origin form; one request per connection
+                keep = [h for h in lines[1:] if not h.lower().startswith(("proxy-", "connection:"))]
+                first = "\r\n".join([f"{method} {path} {version}", *keep, "Connection: close", "", ""])
+                first = first.encode("latin-1") + rest
+            if first:
+                upstream.sendall(first)
+            up, down = _pipe(client, upstream)
+        self._record(**entry, allowed=True, status="done", bytes_up=up + len(first), bytes_down=down,
+                     seconds=round(time.time() - started, 3))  # fmt: skip
+
+
+def _reply(sock: socket.socket, status: int, text: str) -> None:
+    reason = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway"}[status]
+    body = (text + "\n").encode()
+    head = f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\n"
+    try:
+        sock.sendall(head.encode() + b"Connection: close\r\n\r\n" + body)
+    except OSError:
+        pass
+
+
+def proxy_env(port: int = BRIDGE_PORT) -> dict[str, str]:
+    """The environment that points HTTP clients (curl, Python, Node, Rust) at the bridge."""
+    url = f"http://127.0.0.1:{port}"
+    names = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+    return {**dict.fromkeys(names, url), "NO_PROXY": "", "no_proxy": ""}
+
+
+# -- inside the sandbox ------------------------------------------------------------------------
+
+
+def _bridge(listener: socket.socket, path: str) -> None:
+    while True:
+        conn, _ = listener.accept()
+
+        def serve(conn: socket.socket = conn) -> None:
+            with conn:
+                try:
+                    out = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    out.connect(path)
+                except OSError:
+                    return
+                with out:
+                    _pipe(conn, out)
+
+        threading.Thread(target=serve, daemon=True).start()
+
+
+def _relay(stream, tag: str, lock: threading.Lock) -> None:
+    for raw in iter(stream.readline, b""):
+        line = raw.decode("utf-8", "replace").rstrip("\n")
+        with lock:
+            sys.stdout.write(f"{tag} {line}\n")
+            sys.stdout.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m vtb.sandbox.egress [--socket S] [--port P] -- CMD...`: bridge, run CMD, relay output."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--socket", help="the orchestrator's proxy socket (no network without it)")
+    parser.add_argument("--port", type=int, default=BRIDGE_PORT)
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command given")
+    env = dict(os.environ)
+    if args.socket:
+        listener = socket.create_server(("127.0.0.1", args.port))
+        threading.Thread(target=_bridge, args=(listener, args.socket), daemon=True).start()
+        env.update(proxy_env(args.port))
+    child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=env)  # fmt: skip
+    lock = threading.Lock()
+    relays = [
+        threading.Thread(target=_relay, args=(s, t, lock))
+        for s, t in ((child.stdout, "1"), (child.stderr, "2"))
+    ]
+    for t in relays:
+        t.start()
+    for t in relays:
+        t.join()
+    return child.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
