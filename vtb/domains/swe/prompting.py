@@ -6,13 +6,15 @@ format a harness prompts it with. The harness localises the function the issue t
 
     return total / len(xs) => return total / len(xs) if xs else 0.0
 
-which the harness turns into a unified diff (patching.diff_from_edit), restoring indentation.
+which the harness turns into a unified diff (`patch_for`), restoring indentation.
 A small model cannot read a whole repository or write a diff; this keeps both in the harness.
 """
 
 from __future__ import annotations
 
 import re
+
+from vtb.domains.swe import patching
 
 ARROW = " => "
 MAX_LINES = 14  # lines of the located function shown to the model
@@ -52,6 +54,13 @@ def _block(lines: list[str], start: int) -> list[str]:
     while out and not out[-1].strip():
         out.pop()
     return out[:MAX_LINES]
+
+
+def task_prompt(observation: dict) -> tuple[str, str] | None:
+    """(path, prompt) for a harness's observation (problem_statement, files), or None when the
+    issue names no function that a source file defines."""
+    found = locate(observation["problem_statement"], observation["files"])
+    return (found[0], prompt(observation["problem_statement"], *found)) if found else None
 
 
 def title(statement: str) -> str:
@@ -103,3 +112,12 @@ def apply_edit(text: str, old: str, new: str, fuzzy: bool = False) -> str | None
     indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
     lines[i] = indent + new
     return "\n".join(lines)
+
+
+def patch_for(files: dict[str, str], path: str, answer: str, fuzzy: bool = False) -> str:
+    """The unified diff that the model's `answer` (an edit line) makes of `path`; "" when the
+    answer is no edit, cannot be applied (apply_edit, `fuzzy` as there) or changes nothing."""
+    edit = parse_edit(answer)
+    before = files[path]
+    after = apply_edit(before, *edit, fuzzy=fuzzy) if edit else None
+    return patching.file_diff(path, before, after) if after is not None and after != before else ""

@@ -9,7 +9,7 @@ import json
 import os
 from pathlib import Path
 
-from vtb.domains.swe import patching, prompting
+from vtb.domains.swe import prompting
 from vtb.engine.infer import Engine
 from vtb.protocol import serve
 
@@ -20,32 +20,20 @@ def main() -> None:
     engine = Engine(os.environ["VTB_MODEL_DIR"])
 
     def policy(batch: list[dict]) -> list[dict]:
-        found = [
-            prompting.locate(m["observation"]["problem_statement"], m["observation"]["files"]) for m in batch
-        ]
+        asked = {i: found for i, m in enumerate(batch) if (found := prompting.task_prompt(m["observation"]))}
         patches = [""] * len(batch)
-        todo = [i for i, f in enumerate(found) if f]
+        todo = list(asked)
         for attempt in range(CONFIG["retries"] + 1):
             if not todo:
                 break
-            prompts = [
-                prompting.prompt(batch[i]["observation"]["problem_statement"], *found[i]) for i in todo
-            ]
             sampling = {"temperature": CONFIG["temperature"], "seed": attempt} if attempt else {}
             outputs = engine.generate(
-                prompts, max_new_tokens=CONFIG["max_new_tokens"], stop=["\n"], **sampling
+                [asked[i][1] for i in todo], max_new_tokens=CONFIG["max_new_tokens"], stop=["\n"], **sampling
             )
-            left = []
-            for i, text in zip(todo, outputs, strict=True):
-                edit = prompting.parse_edit(text)
-                path = found[i][0]
-                before = batch[i]["observation"]["files"][path]
-                after = prompting.apply_edit(before, *edit, fuzzy=True) if edit else None
-                if after is None or after == before:
-                    left.append(i)
-                else:
-                    patches[i] = patching.file_diff(path, before, after)
-            todo = left
+            for i, answer in zip(todo, outputs, strict=True):
+                files = batch[i]["observation"]["files"]
+                patches[i] = prompting.patch_for(files, asked[i][0], answer, fuzzy=True)
+            todo = [i for i in todo if not patches[i]]
         return [{"type": "patch", "patch": p} for p in patches]
 
     serve(policy)

@@ -9,7 +9,7 @@ import json
 import os
 from pathlib import Path
 
-from vtb.domains.swe import patching, prompting
+from vtb.domains.swe import prompting
 from vtb.engine.infer import Engine
 from vtb.protocol import serve
 
@@ -20,30 +20,14 @@ def main() -> None:
     engine = Engine(os.environ["VTB_MODEL_DIR"])
 
     def policy(batch: list[dict]) -> list[dict]:
-        found = [
-            prompting.locate(m["observation"]["problem_statement"], m["observation"]["files"]) for m in batch
-        ]
-        asked = [i for i, f in enumerate(found) if f]
-        prompts = [prompting.prompt(batch[i]["observation"]["problem_statement"], *found[i]) for i in asked]
-        outputs = dict(
-            zip(
-                asked,
-                engine.generate(prompts, max_new_tokens=CONFIG["max_new_tokens"], stop=["\n"]),
-                strict=True,
-            )
+        asked = {i: found for i, m in enumerate(batch) if (found := prompting.task_prompt(m["observation"]))}
+        outputs = engine.generate(
+            [p for _, p in asked.values()], max_new_tokens=CONFIG["max_new_tokens"], stop=["\n"]
         )
-        actions = []
-        for i, msg in enumerate(batch):
-            patch = ""
-            edit = prompting.parse_edit(outputs.get(i, ""))
-            if edit:
-                path = found[i][0]
-                before = msg["observation"]["files"][path]
-                after = prompting.apply_edit(before, *edit)
-                if after is not None and after != before:
-                    patch = patching.file_diff(path, before, after)
-            actions.append({"type": "patch", "patch": patch})
-        return actions
+        patches = [""] * len(batch)
+        for i, answer in zip(asked, outputs, strict=True):
+            patches[i] = prompting.patch_for(batch[i]["observation"]["files"], asked[i][0], answer)
+        return [{"type": "patch", "patch": p} for p in patches]
 
     serve(policy)
 
