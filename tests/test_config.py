@@ -39,3 +39,13 @@ def test_unknown_or_mistyped_keys_are_errors():
         to_config(_compose("+task.nonsense=1"))
     with pytest.raises(ValidationError):
         to_config(_compose("seed=abc"))
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (Path(CONF_DIR) / "agent").glob("*.yaml")))
+def test_every_agent_config_composes(name: str) -> None:
+    """Each ready-made agent config is valid against AgentConfig; CLI ones name their key and hosts."""
+    agent = to_config(_compose(f"agent={name}")).agent
+    assert agent.max_iterations >= 1
+    if (agent.factory or agent.name) == "cli" and name != "cli":
+        assert agent.command and "{prompt_file}" in agent.command
+        assert agent.allow_hosts and agent.env and agent.install_hint

@@ -143,7 +143,7 @@ class SandboxResearchEnv:
             finally:
                 if proxy:
                     proxy.close()
-                    self.egress += proxy.log
+                    self.egress += sorted(proxy.log, key=lambda e: e["time"])  # by start time
         self.charge = self.charge + charge_of(result)
         entry = {"time": time.time(), "agent_command": command, "returncode": result.returncode,
                  "killed": result.killed, "output": lines, "dropped_lines": dropped,

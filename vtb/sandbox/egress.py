@@ -65,11 +65,16 @@ def allowed(rules: list[tuple[str, int | None]], host: str, port: int) -> bool:
 
 
 def _pipe(a: socket.socket, b: socket.socket) -> tuple[int, int]:
-    """Copy both ways until either side closes or both idle past IDLE_TIMEOUT_S; (a->b, b->a) bytes."""
+    """Copy both ways; (a->b, b->a) bytes. Ends when b (the far side) closes or both idle too long.
+
+    When a closes first its half-close is passed on and b's answer still flows back; when b
+    closes there is nobody left to talk to, so a client that keeps its socket open (an HTTP
+    client before garbage collection) does not hold the connection, or its log entry, open.
+    """
     sent = {a: 0, b: 0}
     peer = {a: b, b: a}
     open_ = [a, b]
-    while open_:
+    while b in open_:
         ready, _, _ = select.select(open_, [], [], IDLE_TIMEOUT_S)
         if not ready:
             break
@@ -81,7 +86,7 @@ def _pipe(a: socket.socket, b: socket.socket) -> tuple[int, int]:
             if not chunk:
                 open_.remove(s)
                 try:
-                    peer[s].shutdown(socket.SHUT_WR)  # half-close: let the other side finish
+                    peer[s].shutdown(socket.SHUT_WR)
                 except OSError:
                     pass
                 continue
