@@ -110,6 +110,8 @@ class SandboxConfig:
     step_wall_s: float = 900.0  # per sandboxed step
     step_cpu_s: float = 1800.0  # per sandboxed step, whole process tree
     memory_mb: int | None = None
+    image: str = "vtb/runtime:latest"  # docker: the container image (scripts/build_images.sh)
+    gpus: str | None = None  # docker: None, "all" or device ids "0,1" passed through to containers
 
 
 @dataclass

@@ -9,7 +9,7 @@ from __future__ import annotations
 from vtb.sandbox.base import USAGE_FILE, Limits, Mount, Sandbox, SandboxProcess, SandboxResult
 from vtb.sandbox.runtime import runtime_mounts
 
-BACKENDS = ("bwrap",)
+BACKENDS = ("bwrap", "docker")
 
 __all__ = [
     "BACKENDS",
@@ -25,9 +25,13 @@ __all__ = [
 
 
 def make_sandbox(name: str, **kwargs) -> Sandbox:
-    """A sandbox backend by name; kwargs go to its constructor (e.g. threads=2 for bwrap)."""
+    """A sandbox backend by name; kwargs go to its constructor (threads=2; docker: image=, gpus=)."""
     if name == "bwrap":
         from vtb.sandbox.bwrap import BwrapSandbox
 
         return BwrapSandbox(**kwargs)
+    if name == "docker":
+        from vtb.sandbox.docker import DockerSandbox
+
+        return DockerSandbox(**kwargs)
     raise ValueError(f"unknown sandbox backend {name!r}; known backends: {', '.join(BACKENDS)}")

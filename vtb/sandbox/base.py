@@ -46,7 +46,7 @@ class SandboxResult:
     stderr: str
     wall_seconds: float
     cpu_seconds: float
-    killed: str | None = None  # None, "wall", "cpu", "flops", "procs" or "closed"
+    killed: str | None = None  # None, "wall", "cpu", "flops", "procs", "memory" (docker) or "closed"
     usage: dict = field(default_factory=dict)  # parsed usage file ({} if none was written)
     denials: list[str] = field(default_factory=list)  # stderr lines showing blocked access
 

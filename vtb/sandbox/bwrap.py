@@ -27,7 +27,7 @@ from vtb.sandbox import cgroup as cgroups
 from vtb.sandbox.base import USAGE_FILE, Limits, Mount, SandboxResult, SandboxStartError
 from vtb.sandbox.cgroup import CpuCgroup
 from vtb.sandbox.monitor import MonitoredProcess, run_to_end
-from vtb.sandbox.runtime import is_inside, masked_paths, system_symlinks
+from vtb.sandbox.runtime import is_inside, masked_paths, sandbox_env, system_symlinks
 
 log = logging.getLogger(__name__)
 
@@ -151,27 +151,7 @@ class BwrapSandbox:
         self._exe = shutil.which(bwrap) or bwrap
 
     def env(self, limits: Limits, env: dict[str, str] | None) -> dict[str, str]:
-        """The whole environment inside: nothing is inherited from the orchestrator."""
-        n = str(self.threads)
-        out = {
-            "PATH": f"{sys.prefix}/bin:/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
-            "HOME": "/tmp",
-            "LANG": "C.UTF-8",
-            "PYTHONDONTWRITEBYTECODE": "1",  # every mount but the workspace is read-only
-            "PYTHONUNBUFFERED": "1",  # a harness that forgets to flush must not stall the protocol
-            "HF_HUB_OFFLINE": "1",
-            "HF_DATASETS_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "HF_HOME": "/tmp/hf",
-            "TOKENIZERS_PARALLELISM": "false",
-            **{k: n for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")},
-            **{k: n for k in ("RAYON_NUM_THREADS", "VTB_THREADS")},
-        }
-        out.update(env or {})
-        out["VTB_USAGE_FILE"] = USAGE_FILE
-        if limits.max_flops is not None:
-            out["VTB_MAX_FLOPS"] = repr(float(limits.max_flops))
-        return out
+        return sandbox_env(self.threads, limits, env)
 
     def command(self, argv: list[str], mounts: list[Mount], cwd: str, out_dir: Path) -> list[str]:
         """The bwrap command line; parents are mounted before what is mounted inside them."""

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import vtb
-from vtb.sandbox.base import Mount
+from vtb.sandbox.base import USAGE_FILE, Limits, Mount
 
 # Top-level host dirs a program needs to run (binaries, shared libraries, loader, /etc configs).
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc")
@@ -81,3 +81,27 @@ def masked_paths(mounts: list[Mount]) -> tuple[list[str], list[str]]:
         return os.path.lexists(path) and any(is_inside(path, t) for t in own_path)
 
     return [f for f in MASKED_FILES if exposed(f)], [d for d in MASKED_DIRS if exposed(d)]
+
+
+def sandbox_env(threads: int, limits: Limits, env: dict[str, str] | None) -> dict[str, str]:
+    """The whole environment inside a sandbox (any backend): nothing is inherited from the orchestrator."""
+    n = str(threads)
+    out = {
+        "PATH": f"{sys.prefix}/bin:/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
+        "HOME": "/tmp",
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",  # every mount but the workspace is read-only
+        "PYTHONUNBUFFERED": "1",  # a harness that forgets to flush must not stall the protocol
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_HOME": "/tmp/hf",
+        "TOKENIZERS_PARALLELISM": "false",
+        **{k: n for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")},
+        **{k: n for k in ("RAYON_NUM_THREADS", "VTB_THREADS")},
+    }
+    out.update(env or {})
+    out["VTB_USAGE_FILE"] = USAGE_FILE
+    if limits.max_flops is not None:
+        out["VTB_MAX_FLOPS"] = repr(float(limits.max_flops))
+    return out

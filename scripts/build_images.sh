@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Builds the images of the docker sandbox backend (sandbox=docker) without any registry.
+#
+#   scripts/build_images.sh          vtb/runtime: an empty root with this host's top-level links
+#                                    (/bin -> usr/bin, ...). Programs come from the same read-only
+#                                    host mounts a bwrap sandbox gets. Seconds, offline. The default.
+#   scripts/build_images.sh base     vtb/debian:bookworm: a Debian root made by debootstrap from
+#                                    Debian's packages, then `docker import` (no registry needed).
+#   scripts/build_images.sh full     base, then vtb/research and vtb/grading from containers/
+#                                    (the Python stack from PyPI), for machines without this checkout.
+# Needs a running Docker Engine (`dockerd --iptables=false --bridge=none &` as root works here).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+what=${1:-runtime}
+DOCKER=${DOCKER:-docker}
+
+runtime() {
+  local root; root=$(mktemp -d)
+  mkdir -p "$root"/{proc,dev,sys,tmp,run,etc,usr}
+  for d in bin sbin lib lib32 lib64; do
+    if [ -L "/$d" ]; then ln -s "$(readlink "/$d")" "$root/$d"; fi
+  done
+  tar -C "$root" -c . | "$DOCKER" import -c 'LABEL vtb.image=runtime' - vtb/runtime:latest >/dev/null
+  rm -rf "$root"
+  echo "[images] vtb/runtime:latest (mount points only)"
+}
+
+base() {
+  if "$DOCKER" image inspect vtb/debian:bookworm >/dev/null 2>&1; then
+    echo "[images] vtb/debian:bookworm exists"; return
+  fi
+  command -v debootstrap >/dev/null || { echo "debootstrap missing: apt-get install debootstrap" >&2; exit 1; }
+  local root; root=$(mktemp -d)
+  echo "[images] debootstrap bookworm (Debian's packages, a few minutes)"
+  debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates,bash,git,patch \
+    bookworm "$root" "${DEBIAN_MIRROR:-http://deb.debian.org/debian}" >/dev/null
+  tar -C "$root" -c . | "$DOCKER" import -c 'CMD ["/bin/bash"]' - vtb/debian:bookworm >/dev/null
+  rm -rf "$root"
+  echo "[images] vtb/debian:bookworm"
+}
+
+full() {
+  base
+  "$DOCKER" build -q -f containers/research.Dockerfile --build-arg BASE=vtb/debian:bookworm -t vtb/research:latest .
+  "$DOCKER" build -q -f containers/grading.Dockerfile --build-arg BASE=vtb/debian:bookworm -t vtb/grading:latest .
+  echo "[images] vtb/research:latest vtb/grading:latest"
+}
+
+case "$what" in
+  runtime) runtime ;;
+  base) base ;;
+  full) runtime; full ;;
+  *) echo "usage: $0 [runtime|base|full]" >&2; exit 2 ;;
+esac

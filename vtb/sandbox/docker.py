@@ -1,0 +1,404 @@
+"""The Docker backend: each sandboxed process is a fresh container, removed when it ends.
+
+Same `Sandbox` interface and the same guarantees as bwrap (tests/test_sandbox_isolation.py
+runs on both): the container starts from the runtime image (scripts/build_images.sh; a near
+empty root) with the same mounts as a bwrap sandbox (system dirs, the Python runtime and `vtb`
+read-only, the workspace read-write), `network_mode="none"`, a read-only root, all
+capabilities dropped, no-new-privileges, private size-capped /tmp and /dev/shm, and the host's
+uid. Limits are enforced from outside: wall time, CPU-seconds of the whole container (read from
+a per-sandbox parent cgroup, which keeps the count after the container is gone, so a short step
+is metered too), FLOPs from the usage file, a pids cap and a memory cap for the whole tree.
+
+Every container carries labels naming its owner process; a new `DockerSandbox` removes the
+containers of owners that are gone, so killing the orchestrator mid-step leaves nothing running
+once the next run starts.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import shutil
+import socket
+import struct
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from vtb.sandbox.base import USAGE_FILE, Limits, Mount, SandboxResult, SandboxStartError
+from vtb.sandbox.bwrap import check_mount
+from vtb.sandbox.monitor import POLL_S, _flops, read_usage, run_to_end
+from vtb.sandbox.output import StderrCollector
+from vtb.sandbox.runtime import masked_paths, sandbox_env
+
+log = logging.getLogger(__name__)
+
+IMAGE = "vtb/runtime:latest"  # made by scripts/build_images.sh (offline, seconds)
+LABEL = "vtb.sandbox"
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+BUILD_HINT = "build it with `scripts/build_images.sh` (offline, no registry needed)"
+ENGINE_HINT = (
+    "start a Docker Engine (Debian: `apt-get install docker.io`, then as root "
+    "`dockerd --iptables=false --bridge=none &`) or use sandbox=bwrap"
+)
+
+
+def _owner() -> str:
+    """This process as '<boot id>:<pid>:<start time>': a pid reused after a reboot or exit differs."""
+    return f"{_boot_id()}:{os.getpid()}:{_start_time(os.getpid())}"
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "?"
+
+
+def _start_time(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def owner_alive(owner: str) -> bool:
+    boot, _, rest = owner.partition(":")
+    pid, _, started = rest.partition(":")
+    return boot == _boot_id() and pid.isdigit() and _start_time(int(pid)) == started != ""
+
+
+def _cgroup_dirs(parent: str) -> list[str]:
+    return glob.glob(str(CGROUP_ROOT / "*" / parent)) + glob.glob(str(CGROUP_ROOT / parent))
+
+
+def _cgroup_cpu(parent: str) -> float | None:
+    """CPU-seconds of everything that ran under the parent cgroup (v1 cpuacct or v2 cpu.stat)."""
+    for path in (
+        CGROUP_ROOT / "cpuacct" / parent / "cpuacct.usage",
+        CGROUP_ROOT / "cpu,cpuacct" / parent / "cpuacct.usage",
+    ):
+        try:
+            return int(path.read_text()) / 1e9
+        except (OSError, ValueError):
+            pass
+    try:
+        for line in (CGROUP_ROOT / parent / "cpu.stat").read_text().splitlines():
+            if line.startswith("usage_usec "):
+                return int(line.split()[1]) / 1e6
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _remove_cgroup(parent: str, timeout: float = 2.0) -> None:
+    deadline = time.monotonic() + timeout
+    for d in sorted(_cgroup_dirs(parent), key=len, reverse=True):
+        while True:
+            try:
+                os.rmdir(d)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+
+
+def cleanup_stale(api) -> list[str]:
+    """Remove vtb containers whose owner process is gone (a killed orchestrator); their ids."""
+    removed = []
+    for c in api.containers(all=True, filters={"label": LABEL}):
+        labels = c.get("Labels") or {}
+        if owner_alive(labels.get("vtb.owner", "")):
+            continue
+        try:
+            api.remove_container(c["Id"], force=True)
+            removed.append(c["Id"])
+        except Exception as e:  # noqa: BLE001 (already gone, or the engine refused: log and go on)
+            log.warning("could not remove stale sandbox container %s: %s", c["Id"][:12], e)
+        if labels.get("vtb.cgroup"):
+            _remove_cgroup(labels["vtb.cgroup"])
+    return removed
+
+
+class DockerSandbox:
+    """`Sandbox` backed by a Docker Engine (the `docker` SDK, low-level API).
+
+    gpus: None (no GPU), "all", or device ids such as "0,1": passed as a device request.
+    The image only needs mount points; programs come from the host runtime mounts, exactly as
+    in a bwrap sandbox, so both backends run the same code with the same paths.
+    """
+
+    name = "docker"
+
+    def __init__(
+        self,
+        threads: int = 1,
+        image: str = IMAGE,
+        gpus: str | None = None,
+        max_stdout_chars: int = 8 << 20,
+        tmp_mb: int = 4096,
+        client=None,
+    ) -> None:
+        import docker
+
+        self.threads = threads
+        self.image = image
+        self.gpus = gpus
+        self.max_stdout_chars = max_stdout_chars
+        self.tmp_mb = tmp_mb
+        self._docker = docker
+        try:
+            self.api = client or docker.APIClient(
+                base_url=os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+            )
+            self.api.ping()
+        except Exception as e:  # noqa: BLE001 (any failure to reach the engine means the same to the user)
+            raise RuntimeError(f"sandbox=docker: no Docker Engine answers ({e}); {ENGINE_HINT}") from e
+        try:
+            self.api.inspect_image(image)
+        except docker.errors.ImageNotFound:
+            raise RuntimeError(f"sandbox=docker: image {image} is missing; {BUILD_HINT}") from None
+        cleanup_stale(self.api)
+
+    def host_config(self, mounts: list[Mount], limits: Limits, out_dir: Path, parent: str) -> dict:
+        types = self._docker.types
+        binds = [types.Mount(m.target, str(m.source), type="bind", read_only=not m.writable) for m in mounts]
+        binds.append(types.Mount(os.path.dirname(USAGE_FILE), str(out_dir), type="bind", read_only=False))
+        files, dirs = masked_paths(mounts)
+        binds += [types.Mount(f, "/dev/null", type="bind", read_only=True) for f in files]
+        size = f"size={self.tmp_mb}m"
+        tmpfs = {"/tmp": size, "/dev/shm": size, **{d: "ro,size=1k" for d in dirs}}
+        requests = None
+        if self.gpus:
+            ids = None if self.gpus == "all" else [g.strip() for g in str(self.gpus).split(",")]
+            requests = [
+                types.DeviceRequest(count=-1 if ids is None else None, device_ids=ids, capabilities=[["gpu"]])
+            ]
+        return self.api.create_host_config(
+            mounts=binds,
+            tmpfs=tmpfs,
+            network_mode="none",
+            read_only=True,
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            pids_limit=limits.max_processes,
+            mem_limit=f"{limits.memory_mb}m" if limits.memory_mb else None,
+            memswap_limit=f"{limits.memory_mb}m" if limits.memory_mb else None,
+            cgroup_parent=parent,
+            device_requests=requests,
+            ipc_mode="private",
+        )
+
+    def start(
+        self,
+        argv: list[str],
+        *,
+        mounts: list[Mount],
+        limits: Limits,
+        cwd: str = "/",
+        env: dict[str, str] | None = None,
+    ) -> DockerProcess:
+        if not argv:
+            raise ValueError("empty argv")
+        for m in mounts:
+            check_mount(m)
+        out_dir = Path(tempfile.mkdtemp(prefix="vtb-out-"))
+        parent = f"vtb-{uuid.uuid4().hex[:16]}"
+        labels = {LABEL: "1", "vtb.owner": _owner(), "vtb.cgroup": parent}
+        cid = None
+        try:
+            created = self.api.create_container(
+                self.image, argv, stdin_open=True, detach=False, environment=sandbox_env(self.threads, limits, env),
+                working_dir=cwd, user=f"{os.getuid()}:{os.getgid()}", hostname="vtb", labels=labels,
+                host_config=self.host_config(mounts, limits, out_dir, parent),
+            )  # fmt: skip
+            cid = created["Id"]
+            sock = self.api.attach_socket(cid, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+            started = time.monotonic()
+            self.api.start(cid)
+        except self._docker.errors.APIError as e:
+            if cid:
+                self.api.remove_container(cid, force=True)
+            shutil.rmtree(out_dir, ignore_errors=True)
+            _remove_cgroup(parent)
+            raise SandboxStartError(f"docker could not start the sandbox container: {e}") from e
+        return DockerProcess(self.api, cid, sock, limits, out_dir, parent, started)
+
+    def run(
+        self,
+        argv: list[str],
+        *,
+        mounts: list[Mount],
+        limits: Limits,
+        cwd: str = "/",
+        env: dict[str, str] | None = None,
+        input: str | None = None,
+    ) -> SandboxResult:
+        proc = self.start(argv, mounts=mounts, limits=limits, cwd=cwd, env=env)
+        return run_to_end(proc, input, self.max_stdout_chars)
+
+
+class DockerProcess:
+    """Implements `SandboxProcess` for a started container: pipes, limits, removal, result."""
+
+    def __init__(self, api, cid: str, sock, limits: Limits, out_dir: Path, parent: str, started: float):
+        self._api, self.id, self._limits = api, cid, limits
+        self._out_dir, self._parent, self._started = out_dir, parent, started
+        self._sock = getattr(sock, "_sock", sock)  # the raw socket under the SDK's wrapper
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, self._err_w = os.pipe()
+        self.stdin = os.fdopen(in_w, "w", encoding="utf-8", errors="replace", buffering=1)
+        self.stdout = os.fdopen(out_r, "r", encoding="utf-8", errors="replace")
+        self._stderr = StderrCollector(err_r)
+        self._lock = threading.RLock()
+        self._done = threading.Event()
+        self._killed: str | None = None
+        self._returncode: int | None = None
+        self._ended: float | None = None
+        self._cpu = 0.0
+        self._result: SandboxResult | None = None
+        threading.Thread(target=self._pump_stdin, args=(in_r,), daemon=True).start()
+        threading.Thread(target=self._demux, args=(out_w,), daemon=True).start()
+        threading.Thread(target=self._watch, name="vtb-docker-monitor", daemon=True).start()
+
+    # -- streams --------------------------------------------------------------------------------
+
+    def _pump_stdin(self, fd: int) -> None:
+        try:
+            while chunk := os.read(fd, 65536):
+                self._sock.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+            try:
+                self._sock.shutdown(socket.SHUT_WR)  # the container's stdin sees EOF
+            except OSError:
+                pass
+
+    def _demux(self, out_w: int) -> None:
+        """Split Docker's multiplexed stream (8-byte headers: stream id, size) into stdout and stderr."""
+        buf = b""
+        try:
+            while True:
+                while len(buf) < 8 or len(buf) < 8 + struct.unpack(">I", buf[4:8])[0]:
+                    chunk = self._sock.recv(65536)
+                    if not chunk:
+                        return
+                    buf += chunk
+                kind, size = buf[0], struct.unpack(">I", buf[4:8])[0]
+                payload, buf = buf[8 : 8 + size], buf[8 + size :]
+                try:
+                    os.write(self._err_w if kind == 2 else out_w, payload)
+                except BrokenPipeError:
+                    pass  # nobody reads stdout any more: drop it, keep draining
+        except OSError:
+            pass
+        finally:
+            os.close(out_w)
+            os.close(self._err_w)
+
+    # -- the SandboxProcess protocol ---------------------------------------------------------
+
+    def poll(self) -> int | None:
+        return self._returncode if self._done.is_set() else None
+
+    def wait(self, timeout: float | None = None) -> SandboxResult:
+        if not self._done.wait(timeout):
+            self.kill("wall")
+            self._done.wait()
+        return self._finish()
+
+    def kill(self, reason: str = "closed") -> None:
+        with self._lock:
+            if self._done.is_set():
+                return
+            if self._killed is None:
+                self._killed = reason
+            try:
+                self._api.kill(self.id)
+            except Exception:  # noqa: BLE001 (already stopped)
+                pass
+
+    # -- monitoring ---------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        import requests
+
+        deadline = self._started + self._limits.wall_seconds
+        try:
+            while True:
+                try:
+                    status = self._api.wait(self.id, timeout=POLL_S)
+                    self._ended = time.monotonic()
+                    self._returncode = int(status.get("StatusCode", 255))
+                    break
+                except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+                    pass
+                if self._killed is None:
+                    self._check_limits(deadline)
+        except Exception as e:  # noqa: BLE001 (the engine went away: the step failed, the run goes on)
+            log.warning("docker sandbox %s: lost the container (%s)", self.id[:12], e)
+            self._returncode = self._returncode if self._returncode is not None else 255
+            self._killed = self._killed or "closed"
+        finally:
+            self._cpu = max(self._cpu, _cgroup_cpu(self._parent) or 0.0)
+            try:
+                if self._api.inspect_container(self.id)["State"].get("OOMKilled"):
+                    self._killed = self._killed or "memory"  # the tree hit its memory cap
+            except Exception:  # noqa: BLE001 (gone already: nothing more to learn)
+                pass
+            try:
+                self._api.remove_container(self.id, force=True)
+            except Exception as e:  # noqa: BLE001
+                log.warning("could not remove sandbox container %s: %s", self.id[:12], e)
+            _remove_cgroup(self._parent)
+            self._done.set()
+
+    def _check_limits(self, deadline: float) -> None:
+        self._cpu = max(self._cpu, _cgroup_cpu(self._parent) or 0.0)
+        if time.monotonic() >= deadline:
+            self.kill("wall")
+        elif self._cpu > self._limits.cpu_seconds:
+            self.kill("cpu")
+        elif self._limits.max_processes is not None and self._fork_refused():
+            self.kill("procs")
+        elif self._limits.max_flops is not None:
+            if _flops(read_usage(self._out_dir / "usage.json")) > self._limits.max_flops:
+                self.kill("flops")
+
+    def _fork_refused(self) -> bool:
+        for path in glob.glob(str(CGROUP_ROOT / "pids" / self._parent / "*" / "pids.events")) + glob.glob(
+            str(CGROUP_ROOT / self._parent / "*" / "pids.events")
+        ):
+            try:
+                events = Path(path).read_text().split()
+                if int(events[events.index("max") + 1]) > 0:
+                    return True
+            except (OSError, ValueError, IndexError):
+                pass
+        return False
+
+    def _finish(self) -> SandboxResult:
+        with self._lock:
+            if self._result is None:
+                usage = read_usage(self._out_dir / "usage.json")
+                shutil.rmtree(self._out_dir, ignore_errors=True)
+                self._result = SandboxResult(
+                    returncode=self._returncode,
+                    stdout="",
+                    stderr=self._stderr.result(),
+                    wall_seconds=(self._ended or time.monotonic()) - self._started,
+                    cpu_seconds=self._cpu,
+                    killed=self._killed,
+                    usage=usage,
+                    denials=list(self._stderr.denials),
+                )
+            return self._result
