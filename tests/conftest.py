@@ -112,17 +112,16 @@ def host_server():
 
 @pytest.fixture
 def play_scripted(tmp_path):
-    """Plays a domain's episodes with a test harness in bwrap sandboxes.
+    """Plays a domain's episodes with a test harness in sandboxes of one backend (bwrap by default).
 
-    `play(domain, data_dir, task, code, files, split="test")` writes `code` as harness.py under
+    `play(domain, data_dir, task, code, files, split="test", backend="bwrap")` writes `code` as harness.py under
     tmp_path/harness beside `files` (name -> JSON value), gives it an empty model folder and
     returns (episodes, runner.play's outcome).
     """
     from vtb import runner
-    from vtb.sandbox import make_sandbox
     from vtb.sandbox.base import Limits
 
-    def play(domain, data_dir, task, code: str, files: dict, split: str = "test"):
+    def play(domain, data_dir, task, code: str, files: dict, split: str = "test", backend: str = "bwrap"):
         harness = tmp_path / "harness"
         harness.mkdir()
         (harness / "harness.py").write_text(code)
@@ -130,7 +129,7 @@ def play_scripted(tmp_path):
             (harness / name).write_text(json.dumps(value))
         model = tmp_path / "model"
         model.mkdir()
-        sandbox = make_sandbox("bwrap")
+        sandbox = sandbox_backend(backend)
         episodes = domain.episodes(data_dir, split, task, sandbox=sandbox)
         out = runner.play(
             sandbox,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import BACKENDS
 from vtb.config import TaskConfig
 from vtb.domains.swe import patching
 from vtb.domains.swe.domain import SweDomain
@@ -40,9 +41,9 @@ def data_dir(tmp_path_factory) -> Path:
     return out
 
 
-def _play(play_scripted, data_dir: Path, patches: dict[str, str], code: str = SCRIPTED):
+def _play(play_scripted, data_dir: Path, patches: dict[str, str], code: str = SCRIPTED, backend="bwrap"):
     domain = SweDomain()
-    episodes, out = play_scripted(domain, data_dir, TASK, code, {"patches.json": patches})
+    episodes, out = play_scripted(domain, data_dir, TASK, code, {"patches.json": patches}, backend=backend)
     return episodes, out, domain
 
 
@@ -85,8 +86,9 @@ def _replace_fix_line(instance: dict, code: str) -> str:
     )
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_attacking_patches_do_not_resolve_and_runaway_tests_are_stopped(
-    tmp_path, play_scripted, data_dir, host_server
+    tmp_path, play_scripted, data_dir, host_server, backend
 ):
     port, hits = host_server
     instances = SweDomain().split(data_dir, "test")
@@ -104,7 +106,7 @@ def test_attacking_patches_do_not_resolve_and_runaway_tests_are_stopped(
         instances[5]["instance_id"]: _replace_fix_line(instances[5], "while True: __import__('os').fork()"),
         instances[6]["instance_id"]: _replace_fix_line(instances[6], connect),  # reach the host's network
     }
-    episodes, out, domain = _play(play_scripted, data_dir, patches)
+    episodes, out, domain = _play(play_scripted, data_dir, patches, backend=backend)
     for ep in episodes[:7]:
         assert ep.reward() == 0.0, ep.record()
     assert not (tmp_path / "escape.py").exists()
@@ -132,6 +134,7 @@ serve(lambda batch: [{"type": "patch", "patch": "" if not look() else "FOUND " +
 """
 
 
-def test_a_harness_cannot_find_the_hidden_tests(play_scripted, data_dir):
-    episodes, out, domain = _play(play_scripted, data_dir, {"__data_dir__": str(data_dir)}, HUNTER)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_harness_cannot_find_the_hidden_tests(play_scripted, data_dir, backend):
+    episodes, out, domain = _play(play_scripted, data_dir, {"__data_dir__": str(data_dir)}, HUNTER, backend)
     assert all(ep.prediction()["model_patch"] == "" for ep in episodes)

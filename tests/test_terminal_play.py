@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import BACKENDS
 from vtb.config import TaskConfig
 from vtb.domains.terminal import datatools
 from vtb.domains.terminal.domain import TerminalDomain
@@ -48,8 +49,12 @@ def data_dir(tmp_path_factory) -> Path:
     return out
 
 
-def _play(play_scripted, data_dir: Path, plan: dict[str, list[str]], task: TaskConfig = TASK):
-    episodes, out = play_scripted(TerminalDomain(), data_dir, task, SCRIPTED, {"commands.json": plan})
+def _play(
+    play_scripted, data_dir: Path, plan: dict[str, list[str]], task: TaskConfig = TASK, backend="bwrap"
+):
+    episodes, out = play_scripted(
+        TerminalDomain(), data_dir, task, SCRIPTED, {"commands.json": plan}, backend=backend
+    )
     return episodes, out, TerminalDomain().metrics(episodes, task)
 
 
@@ -74,14 +79,19 @@ def test_an_empty_action_resolves_nothing(play_scripted, data_dir):
     assert all(ep.record()["tests"] for ep in episodes)  # the tests ran, and failed
 
 
-def test_attacks_fail_and_the_episode_is_graded_as_usual(tmp_path, play_scripted, data_dir, host_server):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_attacks_fail_and_the_episode_is_graded_as_usual(
+    tmp_path, play_scripted, data_dir, host_server, backend
+):
     port, hits = host_server
     hidden = data_dir / "hidden" / "test.jsonl"
     outside = tmp_path / "outside.txt"
     attacks = [
         f"cat {hidden}",  # the hidden tests, by their host path
         "cat /tests/test_outputs.py; ls /tests",  # where grading will mount them
-        "find / -name 'test_outputs.py' -not -path '/proc/*' 2>/dev/null | head; grep -rl 'def test_' / 2>/dev/null | grep -v '^/usr\\|^/proc\\|/site-packages/' | head",
+        # every file but system dirs and installed packages (bounded: the episode has 60 s)
+        "find / -name 'test_outputs.py' -not -path '/proc/*' 2>/dev/null | head; grep -rl --exclude-dir=proc "
+        "--exclude-dir=sys --exclude-dir=usr --exclude-dir=site-packages 'def test_' / 2>/dev/null | head",
         "cat /proc/1/root/etc/hostname; ls ../",
         f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2)\"",
         f"echo pwned > {outside}; echo pwned > ../escape.txt; echo pwned > /usr/pwned",
@@ -92,7 +102,7 @@ def test_attacks_fail_and_the_episode_is_graded_as_usual(tmp_path, play_scripted
     solved, attacked_only = tasks[0], tasks[1]
     plan = {solved["id"]: [*attacks, datatools.solution_command(solved)], attacked_only["id"]: attacks}
     episodes, out, metrics = _play(
-        play_scripted, data_dir, plan, TaskConfig(**{**TASK.__dict__, "max_steps_per_episode": 12})
+        play_scripted, data_dir, plan, TaskConfig(**{**TASK.__dict__, "max_steps_per_episode": 12}), backend
     )
     by_task = {ep.task["id"]: ep for ep in episodes}
     assert by_task[solved["id"]].reward() == 1.0  # the attacks changed nothing: graded as usual
@@ -106,7 +116,8 @@ def test_attacks_fail_and_the_episode_is_graded_as_usual(tmp_path, play_scripted
     assert not outside.exists() and not Path("/usr/pwned").exists()
 
 
-def test_a_command_that_loops_or_forks_forever_is_stopped(play_scripted, data_dir):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_command_that_loops_or_forks_forever_is_stopped(play_scripted, data_dir, backend):
     tasks = TerminalDomain().split(data_dir, "test")
     short = {**TASK.__dict__}
     plan = {
@@ -118,7 +129,7 @@ def test_a_command_that_loops_or_forks_forever_is_stopped(play_scripted, data_di
         t["max_agent_timeout_sec"] = 5
     (data_dir / "hidden" / "short.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks[:3]))
     episodes, out = play_scripted(
-        TerminalDomain(), data_dir, TaskConfig(**short), SCRIPTED, {"commands.json": plan}, split="short"
+        TerminalDomain(), data_dir, TaskConfig(**short), SCRIPTED, {"commands.json": plan}, "short", backend
     )
     loop, bomb, fine = episodes
     assert loop.history[0]["timed_out"] and loop.reward() == 0.0

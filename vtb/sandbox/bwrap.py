@@ -18,7 +18,6 @@ import logging
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path

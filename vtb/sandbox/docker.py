@@ -175,7 +175,9 @@ class DockerSandbox:
         size = f"size={self.tmp_mb}m"
         tmpfs = {"/tmp": size, "/dev/shm": size, **{d: "ro,size=1k" for d in dirs}}
         requests = None
-        if self.gpus:
+        if not self.gpus:  # as in bwrap, no /sys (host devices, and a slow tree for `grep -r /`)
+            tmpfs["/sys"] = "ro,size=1k"
+        else:
             ids = None if self.gpus == "all" else [g.strip() for g in str(self.gpus).split(",")]
             requests = [
                 types.DeviceRequest(count=-1 if ids is None else None, device_ids=ids, capabilities=[["gpu"]])
