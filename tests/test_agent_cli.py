@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import needs_bwrap
+from tests.conftest import BACKENDS, needs_bwrap, sandbox_backend
 from vtb.agents import Feedback, make_agent
 from vtb.agents.cli import fill, usage_from_output
 from vtb.config import AgentConfig
@@ -165,8 +165,8 @@ def write_stand_in(folder: Path, allowed_port: int, other_port: int) -> Path:
     return script
 
 
-@needs_bwrap()
-def test_cli_turn_through_the_proxy(tmp_path, web, monkeypatch) -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cli_turn_through_the_proxy(tmp_path, web, monkeypatch, backend) -> None:
     allowed_srv, other = web
     a_port, o_port = allowed_srv.server_address[1], other.server_address[1]
     monkeypatch.setenv("VTB_CLI_KEY", KEY)
@@ -177,7 +177,7 @@ def test_cli_turn_through_the_proxy(tmp_path, web, monkeypatch) -> None:
     for d in (ws / "data", ws / "trainer", ws / "harness", data / "research", base):
         d.mkdir(parents=True)
     (ws / "trainer" / "config.json").write_text('{"epochs": 2}')
-    env = SandboxResearchEnv(ws, tmp_path / "store", Feedback("math", 1, 2, 0), make_sandbox("bwrap"),
+    env = SandboxResearchEnv(ws, tmp_path / "store", Feedback("math", 1, 2, 0), sandbox_backend(backend),
                              research_mounts(ws, data, base), Limits(wall_seconds=60, cpu_seconds=60))  # fmt: skip
     result = make_agent(cfg).turn(env)
 

@@ -9,14 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import needs_bwrap
+from tests.conftest import BACKENDS, sandbox_backend
 from vtb import runner
 from vtb.agents import Feedback
 from vtb.research import SandboxResearchEnv
-from vtb.sandbox import make_sandbox
 from vtb.sandbox.base import Limits
 
-pytestmark = needs_bwrap()
 LIMITS = Limits(wall_seconds=30, cpu_seconds=30)
 
 
@@ -36,9 +34,14 @@ def layout(tmp_path):
     return {"data": data, "ws": ws, "base": base, "secret": data / "hidden" / "test.jsonl"}
 
 
+@pytest.fixture(params=BACKENDS)
+def backend(request) -> str:
+    return request.param
+
+
 @pytest.fixture
-def research(layout):
-    sandbox = make_sandbox("bwrap")
+def research(layout, backend):
+    sandbox = sandbox_backend(backend)
     mounts = runner.research_mounts(layout["ws"], layout["data"], layout["base"])
     fb = Feedback(task="math", iteration=1, max_iterations=1, seed=0)
     return SandboxResearchEnv(layout["ws"], layout["ws"], fb, sandbox, mounts, LIMITS)
@@ -116,12 +119,12 @@ for line in sys.stdin:
 """
 
 
-def test_grading_harness_cannot_read_expected_answers(tmp_path, layout):
+def test_grading_harness_cannot_read_expected_answers(tmp_path, layout, backend):
     harness = tmp_path / "harness"
     harness.mkdir()
     (harness / "harness.py").write_text(ATTACK_HARNESS.format(secret=layout["secret"]))
     messages = [{"type": "start", "episode": "t-1", "domain": "math", "observation": {"question": "t"}}]
-    out = runner.play(make_sandbox("bwrap"), harness, layout["base"], messages, limits=LIMITS,
+    out = runner.play(sandbox_backend(backend), harness, layout["base"], messages, limits=LIMITS,
                       round_timeout_s=20, per_episode_timeout_s=1)  # fmt: skip
     assert out.actions["t-1"]["content"] == "[]"  # found nothing
     assert any("No such file" in d for d in out.denials)  # the attempt is recorded
@@ -148,10 +151,10 @@ def _fake_harness(tmp_path: Path, body: str) -> Path:
     ],
     ids=["crash", "hang", "garbage"],
 )
-def test_a_failing_harness_costs_only_its_episodes(tmp_path, layout, body):
+def test_a_failing_harness_costs_only_its_episodes(tmp_path, layout, body, backend):
     harness = _fake_harness(tmp_path, body)
     messages = [{"type": "start", "episode": f"e{i}", "observation": {}} for i in range(6)]
-    out = runner.play(make_sandbox("bwrap"), harness, layout["base"], messages, limits=LIMITS,
+    out = runner.play(sandbox_backend(backend), harness, layout["base"], messages, limits=LIMITS,
                       round_timeout_s=3, per_episode_timeout_s=0.5)  # fmt: skip
     assert sorted(out.actions) == ["e0", "e1", "e2", "e4", "e5"]
     assert all(out.actions[e]["content"] == e for e in out.actions)

@@ -1,0 +1,103 @@
+"""What only the docker backend has: container cleanup (also after a killed orchestrator), images, GPUs.
+
+The isolation guarantees themselves are tested on both backends in test_sandbox_isolation.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import sandbox_backend
+from vtb.sandbox import Limits, runtime_mounts
+from vtb.sandbox.docker import LABEL, _cgroup_dirs, _owner, owner_alive
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_no_engine_is_a_clear_error(monkeypatch) -> None:
+    from vtb.sandbox.docker import DockerSandbox
+
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    with pytest.raises(RuntimeError, match=r"no Docker Engine answers.*dockerd --iptables=false"):
+        DockerSandbox()
+
+
+def test_owner_identity() -> None:
+    assert owner_alive(_owner())
+    boot, pid, started = _owner().split(":")
+    assert not owner_alive(f"{boot}:{pid}:{int(started) + 1}")  # same pid, another process
+    assert not owner_alive("other-boot:1:1") and not owner_alive("")
+
+
+@pytest.mark.docker
+def test_missing_image_names_the_build_script() -> None:
+    from vtb.sandbox.docker import DockerSandbox
+
+    sandbox_backend("docker")  # an engine answers
+    with pytest.raises(RuntimeError, match=r"vtb/no-such-image.*scripts/build_images.sh"):
+        DockerSandbox(image="vtb/no-such-image:latest")
+
+
+@pytest.mark.docker
+def test_containers_are_removed_after_success_failure_and_kill() -> None:
+    sandbox = sandbox_backend("docker")
+    mine = {"label": [LABEL, f"vtb.owner={_owner()}"]}
+    assert sandbox.run(["/bin/true"], mounts=runtime_mounts(), limits=Limits()).returncode == 0
+    assert sandbox.run(["/bin/sh", "-c", "exit 7"], mounts=runtime_mounts(), limits=Limits()).returncode == 7
+    killed = sandbox.run(["/bin/sleep", "60"], mounts=runtime_mounts(), limits=Limits(wall_seconds=1))
+    assert killed.killed == "wall"
+    assert sandbox.api.containers(all=True, filters=mine) == []
+
+
+@pytest.mark.docker
+def test_gpu_passthrough_is_a_device_request(tmp_path) -> None:
+    config = sandbox_backend("docker", gpus="0,1").host_config(runtime_mounts(), Limits(), tmp_path, "vtb-x")
+    (request,) = config["DeviceRequests"]
+    assert request["DeviceIDs"] == ["0", "1"] and request["Capabilities"] == [["gpu"]]
+    everything = sandbox_backend("docker", gpus="all").host_config(
+        runtime_mounts(), Limits(), tmp_path, "vtb-x"
+    )
+    assert everything["DeviceRequests"][0]["Count"] == -1
+    plain = sandbox_backend("docker").host_config(
+        runtime_mounts(), Limits(max_processes=64), tmp_path, "vtb-x"
+    )
+    assert not plain.get("DeviceRequests") and plain["NetworkMode"] == "none" and plain["ReadonlyRootfs"]
+    assert plain["PidsLimit"] == 64 and plain["CapDrop"] == ["ALL"]
+
+
+ORCHESTRATOR = """
+import sys, time
+sys.path.insert(0, {root!r})
+from vtb.sandbox import Limits, runtime_mounts
+from vtb.sandbox.docker import DockerSandbox
+proc = DockerSandbox().start(["/bin/sleep", "300"], mounts=runtime_mounts(), limits=Limits(wall_seconds=600))
+print(proc.id, proc._parent, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.docker
+def test_a_killed_orchestrator_leaves_no_container_once_the_next_run_starts() -> None:
+    sandbox_backend("docker")  # the engine and image are there (else skip, or fail under VTB_REQUIRE_DOCKER)
+    orchestrator = subprocess.Popen([sys.executable, "-c", ORCHESTRATOR.format(root=str(ROOT))],
+                                    stdout=subprocess.PIPE, text=True)  # fmt: skip
+    cid, parent = orchestrator.stdout.readline().split()
+    import docker
+
+    api = docker.APIClient()
+    assert api.inspect_container(cid)["State"]["Running"]
+    os.kill(orchestrator.pid, signal.SIGKILL)  # mid-step, no chance to clean up
+    orchestrator.wait()
+    time.sleep(0.5)
+    assert api.inspect_container(cid)["State"]["Running"]  # the container outlived its orchestrator
+
+    sandbox_backend("docker")  # the next run starts
+    assert api.containers(all=True, filters={"id": cid}) == []
+    assert _cgroup_dirs(parent) == []
