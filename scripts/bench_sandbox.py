@@ -2,7 +2,9 @@
 
 Prints medians of 20 calls: bare bwrap with the exact command line a sandbox uses (the
 floor), `run(["true"])` through the sandbox, and a Python startup inside vs outside it.
-Usage: python scripts/bench_sandbox.py [backend]
+`compare` times the same steps on both backends and prints docker's overhead per step
+(needs a Docker Engine and the runtime image: scripts/start_docker.sh).
+Usage: python scripts/bench_sandbox.py [bwrap|docker|compare]
 """
 
 from __future__ import annotations
@@ -30,8 +32,29 @@ def median_ms(fn: Callable[[], object]) -> float:
     return 1000 * statistics.median(times)
 
 
+def compare() -> None:
+    """Wall time per sandboxed step on bwrap and docker: the figure in the README."""
+    mounts, limits = runtime_mounts(), Limits(wall_seconds=120, cpu_seconds=120)
+    steps = {
+        "true": ["true"],
+        "python -c pass": [sys.executable, "-c", "pass"],
+        "python -c 'import torch'": [sys.executable, "-c", "import torch"],
+    }
+    sandboxes = {name: make_sandbox(name) for name in ("bwrap", "docker")}
+    print(f"{'step (median of ' + str(N) + ')':34s} {'bwrap':>9s} {'docker':>9s} {'overhead':>9s}")
+    for label, argv in steps.items():
+        ms = {
+            name: median_ms(lambda sb=sb: sb.run(argv, mounts=mounts, limits=limits))
+            for name, sb in sandboxes.items()
+        }
+        print(f"{label:34s} {ms['bwrap']:7.0f}ms {ms['docker']:7.0f}ms {ms['docker'] - ms['bwrap']:+7.0f}ms")
+
+
 def main() -> None:
     backend = sys.argv[1] if len(sys.argv) > 1 else "bwrap"
+    if backend == "compare":
+        compare()
+        return
     sandbox = make_sandbox(backend)
     if backend == "bwrap":
         print(f"bwrap: hardened={sandbox.hardened} exact_cpu (cgroup metering)={sandbox.exact_cpu}")

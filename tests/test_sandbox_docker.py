@@ -5,6 +5,7 @@ The isolation guarantees themselves are tested on both backends in test_sandbox_
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -101,3 +102,23 @@ def test_a_killed_orchestrator_leaves_no_container_once_the_next_run_starts() ->
     sandbox_backend("docker")  # the next run starts
     assert api.containers(all=True, filters={"id": cid}) == []
     assert _cgroup_dirs(parent) == []
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_a_bench_run_scores_the_same_on_both_backends(tmp_path, prefect_server) -> None:
+    """The same config on bwrap and on docker (separate caches): same val and test scores."""
+    from flows.bench import run_bench
+    from tests.conftest import small_config
+
+    sandbox_backend("docker")
+    results = {}
+    for backend in ("bwrap", "docker"):
+        cfg = small_config(tmp_path / backend, "greedy", 0, "agent.max_iterations=2", f"sandbox={backend}")
+        results[backend] = run_bench(cfg)
+    bwrap, docker = results["bwrap"], results["docker"]
+    for row in ("initial", "submitted"):
+        assert bwrap[row]["test_score"] == docker[row]["test_score"], (row, bwrap[row], docker[row])
+        assert bwrap[row]["val_score"] == docker[row]["val_score"]
+    assert bwrap["budget"]["flops"] == docker["budget"]["flops"]  # FLOPs are counted, not metered
+    assert json.loads((Path(docker["record"]) / "config.json").read_text())["sandbox"]["backend"] == "docker"

@@ -1,0 +1,18 @@
+# Grading image for GPUs: CUDA runtime, torch with CUDA and vLLM for the harness; none of the
+# research tools. Run with sandbox=docker sandbox.gpus=all (NVIDIA Container Toolkit on the host).
+#
+# Build:  docker build -f containers/grading.gpu.Dockerfile -t vtb/grading:gpu .
+ARG BASE=nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04
+FROM ${BASE}
+RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        python3 python3-venv ca-certificates \
+    && rm -rf /var/lib/apt/lists/*
+COPY pyproject.toml README.md /opt/vtb/
+COPY vtb /opt/vtb/vtb
+COPY flows /opt/vtb/flows
+COPY steps /opt/vtb/steps
+RUN python3 -m venv /opt/vtb/.venv \
+    && /opt/vtb/.venv/bin/pip install -q --no-cache-dir vllm \
+    && /opt/vtb/.venv/bin/pip install -q --no-cache-dir /opt/vtb
+ENV PATH=/opt/vtb/.venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+WORKDIR /submission

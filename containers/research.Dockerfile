@@ -1,0 +1,24 @@
+# Research image: what a research sandbox needs when the machine has no checkout of this project
+# (the scale path: many machines, a cluster). Trainer and harness runtime (torch, transformers,
+# peft, the project's own engines in /opt/vtb) and the tools a CLI research agent works with
+# (bash, git, patch, curl, Node.js for Claude Code / Codex / Gemini CLI). On one machine
+# sandbox=docker needs none of this: it runs vtb/runtime with the host's runtime mounted read-only.
+#
+# Build (a registry reachable):   docker build -f containers/research.Dockerfile -t vtb/research .
+# Build offline (no registry):    scripts/build_images.sh full   (FROM the debootstrap base)
+ARG BASE=debian:bookworm-slim
+FROM ${BASE}
+ARG TORCH_SPEC="torch==2.13.0"
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
+RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        python3 python3-venv bash git patch curl ca-certificates nodejs npm \
+    && rm -rf /var/lib/apt/lists/*
+COPY pyproject.toml README.md /opt/vtb/
+COPY vtb /opt/vtb/vtb
+COPY flows /opt/vtb/flows
+COPY steps /opt/vtb/steps
+RUN python3 -m venv /opt/vtb/.venv \
+    && /opt/vtb/.venv/bin/pip install -q --no-cache-dir --extra-index-url ${TORCH_INDEX} "${TORCH_SPEC}" \
+    && /opt/vtb/.venv/bin/pip install -q --no-cache-dir /opt/vtb
+ENV PATH=/opt/vtb/.venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+WORKDIR /ws
