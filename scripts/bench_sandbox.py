@@ -44,7 +44,7 @@ def compare() -> None:
     print(f"{'step (median of ' + str(N) + ')':34s} {'bwrap':>9s} {'docker':>9s} {'overhead':>9s}")
     for label, argv in steps.items():
         ms = {
-            name: median_ms(lambda sb=sb: sb.run(argv, mounts=mounts, limits=limits))
+            name: median_ms(lambda sb=sb, argv=argv: sb.run(argv, mounts=mounts, limits=limits))
             for name, sb in sandboxes.items()
         }
         print(f"{label:34s} {ms['bwrap']:7.0f}ms {ms['docker']:7.0f}ms {ms['docker'] - ms['bwrap']:+7.0f}ms")
