@@ -7,16 +7,22 @@
 ARG BASE=debian:bookworm-slim
 FROM ${BASE}
 ARG TORCH_SPEC="torch==2.13.0"
-ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
+# Wheels put in .wheels/ by scripts/build_images.sh (e.g. a CPU torch build) are preferred; add
+# --build-arg PIP_ARGS="--extra-index-url https://download.pytorch.org/whl/cpu" where reachable.
+ARG PIP_ARGS=""
 RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
         python3 python3-venv ca-certificates \
     && rm -rf /var/lib/apt/lists/*
+COPY .wheels /tmp/wheels
 COPY pyproject.toml README.md /opt/vtb/
 COPY vtb /opt/vtb/vtb
 COPY flows /opt/vtb/flows
 COPY steps /opt/vtb/steps
-RUN python3 -m venv /opt/vtb/.venv \
-    && /opt/vtb/.venv/bin/pip install -q --no-cache-dir --extra-index-url ${TORCH_INDEX} "${TORCH_SPEC}" \
-    && /opt/vtb/.venv/bin/pip install -q --no-cache-dir /opt/vtb
+# a CA bundle the build script found (a TLS-intercepting proxy in front of PyPI) is trusted
+RUN if [ -f /tmp/wheels/ca-bundle.crt ]; then export PIP_CERT=/tmp/wheels/ca-bundle.crt; fi \
+    && python3 -m venv /opt/vtb/.venv \
+    && /opt/vtb/.venv/bin/pip install -q --no-cache-dir --find-links /tmp/wheels ${PIP_ARGS} "${TORCH_SPEC}" \
+    && /opt/vtb/.venv/bin/pip install -q --no-cache-dir --find-links /tmp/wheels ${PIP_ARGS} /opt/vtb \
+    && rm -rf /tmp/wheels
 ENV PATH=/opt/vtb/.venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 WORKDIR /submission

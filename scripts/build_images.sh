@@ -41,8 +41,17 @@ base() {
 
 full() {
   base
-  "$DOCKER" build -q -f containers/research.Dockerfile --build-arg BASE=vtb/debian:bookworm -t vtb/research:latest .
-  "$DOCKER" build -q -f containers/grading.Dockerfile --build-arg BASE=vtb/debian:bookworm -t vtb/grading:latest .
+  # Local wheels (TORCH_WHEEL, or a CPU torch build in /opt/wheels) go into the build context;
+  # the builds use the host's network (dockerd may run without a bridge) to reach PyPI.
+  mkdir -p .wheels
+  for w in ${TORCH_WHEEL:-/opt/wheels/torch-2.13.0+cpu-*.whl}; do [ -f "$w" ] && cp -u "$w" .wheels/; done
+  cert=${PIP_CERT:-$(python3 -m pip config get global.cert 2>/dev/null || true)}
+  if [ -n "$cert" ] && [ -f "$cert" ]; then cp "$cert" .wheels/ca-bundle.crt; fi
+  for image in research grading; do
+    echo "[images] vtb/$image (pip from PyPI; minutes)"
+    "$DOCKER" build -q --network host -f "containers/$image.Dockerfile" --build-arg BASE=vtb/debian:bookworm \
+      -t "vtb/$image:latest" . >/dev/null
+  done
   echo "[images] vtb/research:latest vtb/grading:latest"
 }
 

@@ -122,3 +122,37 @@ def test_a_bench_run_scores_the_same_on_both_backends(tmp_path, prefect_server) 
         assert bwrap[row]["val_score"] == docker[row]["val_score"]
     assert bwrap["budget"]["flops"] == docker["budget"]["flops"]  # FLOPs are counted, not metered
     assert json.loads((Path(docker["record"]) / "config.json").read_text())["sandbox"]["backend"] == "docker"
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("image", ["vtb/grading:latest", "vtb/research:latest"])
+def test_a_self_contained_image_runs_steps_without_the_host_runtime(tmp_path, image) -> None:
+    """runtime="image": the image's own Python and vtb; the host's runtime dirs are not mounted.
+
+    Needs the images of `scripts/build_images.sh full` (about 10 minutes; CI does not build them).
+    """
+    import docker
+
+    sandbox_backend("docker")
+    try:
+        docker.APIClient().inspect_image(image)
+    except docker.errors.ImageNotFound:
+        pytest.skip(f"{image} not built (scripts/build_images.sh full)")
+    from vtb.sandbox import Mount
+
+    sandbox = sandbox_backend("docker", image=image, runtime="image")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    code = "import sys, vtb, torch; print(sys.prefix, vtb.__file__); open('/ws/out', 'w').write('ok')"
+    result = sandbox.run([sys.executable, "-c", code], mounts=[*runtime_mounts(), Mount(ws, "/ws", writable=True)],
+                         limits=Limits(wall_seconds=120, cpu_seconds=120), cwd="/ws")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert (
+        result.stdout.split() == ["/opt/vtb/.venv", "/opt/vtb/vtb/__init__.py"]
+        or "site-packages/vtb" in result.stdout
+    )
+    assert (ws / "out").read_text() == "ok"
+    host_python = sandbox.run(
+        ["/bin/sh", "-c", f"test -e {sys.executable}"], mounts=runtime_mounts(), limits=Limits()
+    )
+    assert host_python.returncode != 0  # the orchestrator's interpreter is not visible inside

@@ -112,6 +112,7 @@ class SandboxConfig:
     memory_mb: int | None = None
     image: str = "vtb/runtime:latest"  # docker: the container image (scripts/build_images.sh)
     gpus: str | None = None  # docker: None, "all" or device ids "0,1" passed through to containers
+    runtime: str = "host"  # docker: host (host runtime mounted into vtb/runtime) | image (its own stack)
 
 
 @dataclass

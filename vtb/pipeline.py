@@ -142,7 +142,9 @@ def build_system(kind: str, cfg: BenchConfig, data_dir: Path, store: Path) -> st
 
 def sandbox_for(cfg: SandboxConfig):
     if cfg.backend == "docker":
-        return make_sandbox("docker", threads=cfg.threads, image=cfg.image, gpus=cfg.gpus)
+        return make_sandbox(
+            "docker", threads=cfg.threads, image=cfg.image, gpus=cfg.gpus, runtime=cfg.runtime
+        )
     return make_sandbox(cfg.backend, threads=cfg.threads)
 
 

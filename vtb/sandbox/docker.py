@@ -22,6 +22,7 @@ import os
 import shutil
 import socket
 import struct
+import sys
 import tempfile
 import threading
 import time
@@ -32,11 +33,12 @@ from vtb.sandbox.base import USAGE_FILE, Limits, Mount, SandboxResult, SandboxSt
 from vtb.sandbox.bwrap import check_mount
 from vtb.sandbox.monitor import POLL_S, _flops, read_usage, run_to_end
 from vtb.sandbox.output import StderrCollector
-from vtb.sandbox.runtime import masked_paths, sandbox_env
+from vtb.sandbox.runtime import masked_paths, runtime_mounts, sandbox_env
 
 log = logging.getLogger(__name__)
 
 IMAGE = "vtb/runtime:latest"  # made by scripts/build_images.sh (offline, seconds)
+IMAGE_PREFIX = "/opt/vtb/.venv"  # where containers/*.Dockerfile install the project (runtime="image")
 LABEL = "vtb.sandbox"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 BUILD_HINT = "build it with `scripts/build_images.sh` (offline, no registry needed)"
@@ -130,8 +132,11 @@ class DockerSandbox:
     """`Sandbox` backed by a Docker Engine (the `docker` SDK, low-level API).
 
     gpus: None (no GPU), "all", or device ids such as "0,1": passed as a device request.
-    The image only needs mount points; programs come from the host runtime mounts, exactly as
-    in a bwrap sandbox, so both backends run the same code with the same paths.
+    runtime="host" (default): the image only needs mount points; programs come from the host
+    runtime mounts, exactly as in a bwrap sandbox, so both backends run the same code with the
+    same paths. runtime="image": a self-contained image (containers/*.Dockerfile) brings its
+    own Python stack and `vtb`; the host runtime mounts are left out and the orchestrator's
+    Python is replaced by the image's.
     """
 
     name = "docker"
@@ -141,6 +146,7 @@ class DockerSandbox:
         threads: int = 1,
         image: str = IMAGE,
         gpus: str | None = None,
+        runtime: str = "host",
         max_stdout_chars: int = 8 << 20,
         tmp_mb: int = 4096,
         client=None,
@@ -148,8 +154,11 @@ class DockerSandbox:
         import docker
 
         self.threads = threads
+        if runtime not in ("host", "image"):
+            raise ValueError(f"sandbox.runtime={runtime!r} is not one of host, image")
         self.image = image
         self.gpus = gpus
+        self.runtime = runtime
         self.max_stdout_chars = max_stdout_chars
         self.tmp_mb = tmp_mb
         self._docker = docker
@@ -210,13 +219,16 @@ class DockerSandbox:
             raise ValueError("empty argv")
         for m in mounts:
             check_mount(m)
+        env = sandbox_env(self.threads, limits, env)
+        if self.runtime == "image":
+            mounts, argv, env = self._in_image(mounts, argv, env)
         out_dir = Path(tempfile.mkdtemp(prefix="vtb-out-"))
         parent = f"vtb-{uuid.uuid4().hex[:16]}"
         labels = {LABEL: "1", "vtb.owner": _owner(), "vtb.cgroup": parent}
         cid = None
         try:
             created = self.api.create_container(
-                self.image, argv, stdin_open=True, detach=False, environment=sandbox_env(self.threads, limits, env),
+                self.image, argv, stdin_open=True, detach=False, environment=env,
                 working_dir=cwd, user=f"{os.getuid()}:{os.getgid()}", hostname="vtb", labels=labels,
                 host_config=self.host_config(mounts, limits, out_dir, parent),
             )  # fmt: skip
@@ -231,6 +243,16 @@ class DockerSandbox:
             _remove_cgroup(parent)
             raise SandboxStartError(f"docker could not start the sandbox container: {e}") from e
         return DockerProcess(self.api, cid, sock, limits, out_dir, parent, started)
+
+    def _in_image(
+        self, mounts: list[Mount], argv: list[str], env: dict
+    ) -> tuple[list[Mount], list[str], dict]:
+        """Swap the host runtime for the image's: its own /usr, Python and `vtb` package."""
+        host = {m.target for m in runtime_mounts()}
+        python = f"{IMAGE_PREFIX}/bin/python"
+        argv = [python if a == sys.executable else a for a in argv[:1]] + argv[1:]
+        path = env["PATH"].replace(f"{sys.prefix}/bin", f"{IMAGE_PREFIX}/bin")
+        return [m for m in mounts if m.target not in host], argv, {**env, "PATH": path}
 
     def run(
         self,
