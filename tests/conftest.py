@@ -8,6 +8,7 @@ import os
 import shutil
 import socket
 import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -143,3 +144,31 @@ def play_scripted(tmp_path):
         return episodes, out
 
     return play
+
+
+class _Hello(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802
+        self.server.hits.append(self.path)
+        body = f"hello {self.path}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def web():
+    """Two real HTTP servers on the host's 127.0.0.1: one the allowlist names, one it does not."""
+    servers = []
+    for _ in range(2):
+        srv = ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
+        srv.hits = []
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        servers.append(srv)
+    yield servers
+    for srv in servers:
+        srv.shutdown()
+        srv.server_close()

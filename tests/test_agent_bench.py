@@ -13,7 +13,7 @@ import pytest
 
 from tests.chat_server import ChatServer, Reply, tool_call
 from tests.conftest import needs_bwrap, small_config
-from tests.test_agent_cli import _Hello, write_stand_in
+from tests.test_agent_cli import write_stand_in
 
 pytestmark = [pytest.mark.slow, needs_bwrap()]
 LLM_KEY = "sk-e2e-llm-5f0c2d9a7b"
@@ -84,23 +84,6 @@ def test_llm_agent_drives_a_bench_run(tmp_path, prefect_server, monkeypatch) -> 
     assert (
         "VTB_E2E_KEY" in (run_dir / "config.json").read_text()
     )  # the variable's name is recorded, not its value
-
-
-@pytest.fixture
-def web():
-    from http.server import ThreadingHTTPServer
-    from threading import Thread
-
-    servers = []
-    for _ in range(2):
-        srv = ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
-        srv.hits = []
-        Thread(target=srv.serve_forever, daemon=True).start()
-        servers.append(srv)
-    yield servers
-    for srv in servers:
-        srv.shutdown()
-        srv.server_close()
 
 
 def test_cli_agent_network_goes_only_through_the_proxy(tmp_path, web, prefect_server, monkeypatch) -> None:

@@ -7,8 +7,6 @@ import os
 import socket
 import stat
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -24,34 +22,6 @@ from vtb.sandbox.base import Limits
 from vtb.sandbox.egress import EgressProxy, allowed, parse_allow
 
 KEY = "sk-cli-fedcba9876543210"
-
-
-class _Hello(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802
-        self.server.hits.append(self.path)
-        body = f"hello {self.path}".encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def web():
-    """Two real HTTP servers on the host's 127.0.0.1: one the allowlist names, one it does not."""
-    servers = []
-    for _ in range(2):
-        srv = ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
-        srv.hits = []
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
-        servers.append(srv)
-    yield servers
-    for srv in servers:
-        srv.shutdown()
-        srv.server_close()
 
 
 def test_allowlist_rules() -> None:
