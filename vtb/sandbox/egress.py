@@ -134,9 +134,11 @@ class EgressProxy:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _record(self, **entry) -> None:
+    def _record(self, **entry) -> dict:
+        """Log a request when it is decided (so the log is in request order); returns the entry."""
         with self._lock:
             self.log.append(entry)
+        return entry
 
     def _handle(self, client: socket.socket) -> None:
         started = time.time()
@@ -175,6 +177,7 @@ class EgressProxy:
             self._record(**entry, allowed=True, status=f"upstream-error: {err}", bytes_up=0, bytes_down=0)
             _reply(client, 502, f"could not connect to {host}:{port}: {err}")
             return
+        logged = self._record(**entry, allowed=True, status="open", bytes_up=0, bytes_down=0)
         with upstream:
             upstream.settimeout(None)
             if method == "CONNECT":
@@ -187,8 +190,9 @@ class EgressProxy:
             if first:
                 upstream.sendall(first)
             up, down = _pipe(client, upstream)
-        self._record(**entry, allowed=True, status="done", bytes_up=up + len(first), bytes_down=down,
-                     seconds=round(time.time() - started, 3))  # fmt: skip
+        with self._lock:  # the byte counts once the connection has ended
+            logged.update(status="done", bytes_up=up + len(first), bytes_down=down,
+                          seconds=round(time.time() - started, 3))  # fmt: skip
 
 
 def _reply(sock: socket.socket, status: int, text: str) -> None:
