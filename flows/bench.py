@@ -22,6 +22,7 @@ from pathlib import Path  # noqa: E402
 import hydra  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 from prefect import flow  # noqa: E402
+from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
 
 from steps import agent_turn_step, bind, play_step, provision_data_step, provision_model_step, train_step  # noqa: E402
 from vtb import pipeline, record  # noqa: E402
@@ -267,7 +268,21 @@ def bench_flow(cfg: BenchConfig) -> dict:
     bench.rec.start(cfg)
     bench.provision()
     bench.iterate()
-    return bench.finish()
+    result = bench.finish()
+    publish_artifacts(bench.run_id, Path(result["record"]), bench.history)
+    return result
+
+
+def publish_artifacts(run_id: str, run_dir: Path, history: list[dict]) -> None:
+    """The run's report and its iterations as Prefect artifacts, for the UI."""
+    key = "".join(c if c.isalnum() else "-" for c in run_id.lower())  # artifact keys: a-z, 0-9, -
+    create_markdown_artifact(markdown=(run_dir / "report.md").read_text(), key=f"report-{key}",
+                             description=f"VibeTraining-Bench report of {run_id}")  # fmt: skip
+    rows = [{"iteration": h["iteration"], "val_score": h["val_score"],
+             "edits": "; ".join(f"{p}: {', '.join(f)}" for p, f in h["edits"].items()) or "-",
+             "budget_used": h["budget_after"]["used"], "agent_tokens": (h.get("agent") or {}).get("tokens", 0),
+             "notes": str(h["notes"])[:200]} for h in history]  # fmt: skip
+    create_table_artifact(table=rows, key=f"iterations-{key}", description=f"Iterations of {run_id}")
 
 
 def to_config(cfg: DictConfig) -> BenchConfig:
