@@ -279,7 +279,7 @@ def publish_artifacts(run_id: str, run_dir: Path, history: list[dict]) -> None:
     create_markdown_artifact(markdown=(run_dir / "report.md").read_text(), key=f"report-{key}",
                              description=f"VibeTraining-Bench report of {run_id}")  # fmt: skip
     rows = [{"iteration": h["iteration"], "val_score": h["val_score"],
-             "edits": "; ".join(f"{p}: {', '.join(f)}" for p, f in h["edits"].items()) or "-",
+             "edits": record.edits_text(h["edits"]),
              "budget_used": h["budget_after"]["used"], "agent_tokens": (h.get("agent") or {}).get("tokens", 0),
              "notes": str(h["notes"])[:200]} for h in history]  # fmt: skip
     create_table_artifact(table=rows, key=f"iterations-{key}", description=f"Iterations of {run_id}")

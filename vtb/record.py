@@ -149,6 +149,11 @@ class RunRecord:
         return result
 
 
+def edits_text(edits: dict[str, list[str]] | None) -> str:
+    """Edits per part as one line ("data: train.jsonl; harness: harness.py"), "-" for none."""
+    return "; ".join(f"{p}: {', '.join(f)}" for p, f in (edits or {}).items()) or "-"
+
+
 def _passes(grade: dict) -> dict:
     """pass^k (tau) or pass@k (terminal) figures of a grading, if any."""
     return {k: v for k, v in grade.get("metrics", {}).items() if k.startswith(("pass^", "pass@"))}
@@ -238,7 +243,7 @@ def write_report(run_dir: Path, result: dict, history: list[dict], grades: dict)
         "|---:|---:|---|---:|---:|---:|---|",
     ]
     for h in history:
-        edits = "; ".join(f"{p}: {', '.join(f)}" for p, f in h["edits"].items()) or "-"
+        edits = edits_text(h["edits"])
         val = "failed" if h["val_score"] is None else f"{h['val_score']:.3f}"
         use = h.get("agent") or {}
         notes = " ".join(str(h["notes"]).split()).replace("|", "\\|")  # one table cell

@@ -16,6 +16,7 @@ from pathlib import Path
 from vtb.agents import Feedback
 from vtb.config import AgentConfig
 from vtb.hashing import hash_json
+from vtb.record import edits_text
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 MAX_LAYOUT_LINES = 80
@@ -64,7 +65,7 @@ def history_table(fb: Feedback) -> str:
     rows = ["| iteration | val score | edits | notes |", "|---:|---:|---|---|"]
     for h in fb.history:
         val = "failed" if h.get("val_score") is None else f"{h['val_score']:.3f}"
-        edits = "; ".join(f"{p}: {', '.join(f)}" for p, f in (h.get("edits") or {}).items()) or "-"
+        edits = edits_text(h.get("edits"))
         rows.append(f"| {h['iteration']} | {val} | {edits} | {str(h.get('notes', ''))[:120]} |")
     return "\n".join(rows)
 
