@@ -2,9 +2,12 @@
 
 Launch:  python -m flows.sweep                                 (conf/sweep.yaml: math x noop,greedy x 3 seeds)
          python -m flows.sweep 'agents=[greedy]' 'seeds=[0,1]' 'overrides=[budget.limit=5e12]'
+         python -m flows.sweep 'gpus=[0,1,2,3]' max_parallel=4 'overrides=[sandbox=docker]'
 A bench that fails is recorded and the sweep goes on; the leaderboard (leaderboard.md, .csv,
 .png under runs_dir) covers the benches that finished, and is published as a Prefect artifact.
-`max_parallel` benches run at once (one per GPU on a GPU machine).
+`max_parallel` benches run at once; with `gpus` each running bench holds one GPU slot (see
+`run_benches`). `nightly_sweep` is the same sweep with plain JSON parameters: the entry point of
+the Prefect deployment in prefect.yaml (scripts/deploy.sh).
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 
+import queue  # noqa: E402
+from collections.abc import Callable, Sequence  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
+from dataclasses import dataclass, field, replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import hydra  # noqa: E402
@@ -39,27 +44,37 @@ class SweepConfig:
     runs_dir: str = "runs/sweep"
     cache_dir: str = ".cache/vtb"
     max_parallel: int = 1  # benches at once
+    gpus: list[str] = field(default_factory=list)  # GPU slots, one per running bench (sandbox.gpus=<id>)
 
 
 def bench_configs(cfg: SweepConfig) -> list[BenchConfig]:
     """One typed bench config per (task, agent, seed), composed from conf/ like `python -m flows.bench`."""
     from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
 
     runs, cache = str(Path(cfg.runs_dir).resolve()), str(Path(cfg.cache_dir).resolve())
-    out = []
+    jobs = [
+        [
+            f"task={task}",
+            f"agent={agent}",
+            f"seed={seed}",
+            f"runs_dir={runs}",
+            f"cache_dir={cache}",
+            *cfg.overrides,
+        ]
+        for task in cfg.tasks
+        for agent in cfg.agents
+        for seed in cfg.seeds
+    ]
+    if GlobalHydra.instance().is_initialized():  # under `python -m flows.sweep`: the same conf/ is loaded
+        return [to_config(compose(config_name="bench", overrides=o)) for o in jobs]
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        for task in cfg.tasks:
-            for agent in cfg.agents:
-                for seed in cfg.seeds:
-                    overrides = [f"task={task}", f"agent={agent}", f"seed={seed}", f"runs_dir={runs}",
-                                 f"cache_dir={cache}", *cfg.overrides]  # fmt: skip
-                    out.append(to_config(compose(config_name="bench", overrides=overrides)))
-    return out
+        return [to_config(compose(config_name="bench", overrides=o)) for o in jobs]
 
 
 def _one(cfg: BenchConfig) -> dict:
     """Run one bench subflow; a failure becomes a row, not an exception."""
-    name = default_run_id(cfg)
+    name = cfg.run_id or default_run_id(cfg)
     try:
         make_agent(cfg.agent)  # a misconfigured agent fails here, before any work
     except ValueError as e:
@@ -75,14 +90,66 @@ def _one(cfg: BenchConfig) -> dict:
     return {"run": name, "state": state.type.value.lower(), "error": str(error)[:500]}
 
 
-@flow(name="vibetraining-sweep", validate_parameters=False)
-def sweep_flow(cfg: SweepConfig) -> dict:
+def parallelism(max_parallel: int, gpus: Sequence[str] = ()) -> int:
+    """Benches at once: max_parallel, and with GPU slots no more than there are slots."""
+    n = max(1, max_parallel)
+    return min(n, len(gpus)) if gpus else n
+
+
+def with_gpu(cfg: BenchConfig, gpu: str) -> BenchConfig:
+    """`cfg` with the Hydra override `sandbox.gpus=<gpu>` applied.
+
+    The run id is pinned first (from the config without the slot), so a bench keeps its run
+    record and cached steps whichever slot it gets.
+    """
+    run_id = cfg.run_id or default_run_id(cfg)
+    return replace(cfg, run_id=run_id, sandbox=replace(cfg.sandbox, gpus=str(gpu)))
+
+
+def run_benches(
+    configs: Sequence[BenchConfig],
+    run_one: Callable[[BenchConfig], dict] = _one,
+    max_parallel: int = 1,
+    gpus: Sequence[str] = (),
+) -> list[dict]:
+    """`run_one` over `configs`, `parallelism(max_parallel, gpus)` at a time, outcomes in order.
+
+    With `gpus`, the slots (GPU ids such as "0", or "0,1" for a bench with two GPUs) form a pool:
+    a bench takes one before it starts, runs with `sandbox.gpus=<slot>`, and gives it back when
+    it ends, failed or not; no two running benches share a slot.
+    """
+    workers = parallelism(max_parallel, gpus)
+    if not gpus:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(run_one, configs))
+    slots: queue.Queue[str] = queue.Queue()
+    for gpu in gpus:
+        slots.put(str(gpu))
+
+    def on_slot(cfg: BenchConfig) -> dict:
+        gpu = slots.get()
+        try:
+            return {**run_one(with_gpu(cfg, gpu)), "gpu": gpu}
+        finally:
+            slots.put(gpu)
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(on_slot, configs))
+
+
+def _sweep(cfg: SweepConfig) -> dict:
+    """The sweep's body, shared by `sweep_flow` and `nightly_sweep`."""
     configs = bench_configs(cfg)
-    print(f"[sweep] {len(configs)} benches, {cfg.max_parallel} at a time", flush=True)
-    with ThreadPoolExecutor(max_workers=max(1, cfg.max_parallel)) as pool:
-        outcomes = list(pool.map(_one, configs))
+    n = parallelism(cfg.max_parallel, cfg.gpus)
+    slots = f" on GPU slots {cfg.gpus}" if cfg.gpus else ""
+    print(f"[sweep] {len(configs)} benches, {n} at a time{slots}", flush=True)
+    if cfg.gpus and any(c.sandbox.backend != "docker" for c in configs):
+        print("[sweep] note: sandbox.gpus is passed to containers by sandbox=docker only", flush=True)
+    outcomes = run_benches(configs, _one, cfg.max_parallel, cfg.gpus)
     for o in outcomes:
-        print(f"[sweep] {o['run']}: {o['state']}" + (f" ({o['error']})" if "error" in o else ""), flush=True)
+        gpu = f" [gpu {o['gpu']}]" if "gpu" in o else ""
+        error = f" ({o['error']})" if "error" in o else ""
+        print(f"[sweep] {o['run']}{gpu}: {o['state']}{error}", flush=True)
     runs_dir = Path(cfg.runs_dir).resolve()
     table, agg = leaderboard.write(runs_dir)
     markdown = (runs_dir / "leaderboard.md").read_text()
@@ -96,6 +163,47 @@ def sweep_flow(cfg: SweepConfig) -> dict:
     )
     print(markdown, flush=True)
     return {"benches": outcomes, "leaderboard": str(runs_dir / "leaderboard.md"), "aggregate": agg}
+
+
+@flow(name="vibetraining-sweep", validate_parameters=False)
+def sweep_flow(cfg: SweepConfig) -> dict:
+    return _sweep(cfg)
+
+
+def nightly_runs_dir(runs_dir: str, date_subdir: bool) -> str:
+    """`runs_dir/<YYYY-MM-DD>` (the flow run's scheduled start, UTC) so nights do not share a folder."""
+    if not date_subdir:
+        return runs_dir
+    from datetime import UTC
+
+    from prefect.runtime import flow_run
+
+    return str(Path(runs_dir) / flow_run.scheduled_start_time.astimezone(UTC).strftime("%Y-%m-%d"))
+
+
+@flow(name="vibetraining-nightly-sweep")
+def nightly_sweep(
+    tasks: Sequence[str] = ("math",),
+    agents: Sequence[str] = ("noop", "greedy"),
+    seeds: Sequence[int] = (0, 1, 2),
+    overrides: Sequence[str] = (),
+    runs_dir: str = "runs/nightly",
+    cache_dir: str = ".cache/vtb",
+    max_parallel: int = 1,
+    gpus: Sequence[str] = (),
+    date_subdir: bool = True,
+) -> dict:
+    """The sweep with JSON parameters, for the Prefect deployment (prefect.yaml).
+
+    Relative paths are taken from the working directory (the repo, set by the deployment's pull
+    step). With `date_subdir` the benches and the leaderboard go to `runs_dir/<YYYY-MM-DD>`
+    (the scheduled date, UTC): each night gets its own leaderboard, a rerun on the same date
+    resumes into the same records. `cache_dir` is shared, so unchanged steps come from cache.
+    """
+    cfg = SweepConfig(tasks=list(tasks), agents=list(agents), seeds=[int(s) for s in seeds],
+                      overrides=list(overrides), runs_dir=nightly_runs_dir(runs_dir, date_subdir),
+                      cache_dir=cache_dir, max_parallel=max_parallel, gpus=[str(g) for g in gpus])  # fmt: skip
+    return _sweep(cfg)
 
 
 def run_sweep(cfg: SweepConfig) -> dict:

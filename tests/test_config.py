@@ -49,3 +49,15 @@ def test_every_agent_config_composes(name: str) -> None:
     if (agent.factory or agent.name) == "cli" and name != "cli":
         assert agent.command and "{prompt_file}" in agent.command
         assert agent.allow_hosts and agent.env and agent.install_hint
+
+
+def test_sweep_composes_its_benches_also_inside_hydra_main():
+    """`python -m flows.sweep` composes each bench while @hydra.main holds Hydra's global state."""
+    from flows.sweep import SweepConfig, bench_configs
+
+    sweep = SweepConfig(agents=["noop"], seeds=[3, 4], overrides=["budget.limit=5e12"])
+    outside = bench_configs(sweep)
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):  # as under @hydra.main
+        inside = bench_configs(sweep)
+    assert [(c.agent.name, c.seed, c.budget.limit) for c in inside] == [("noop", 3, 5e12), ("noop", 4, 5e12)]
+    assert inside == outside
