@@ -30,7 +30,7 @@ from vtb.agents import Feedback, make_agent  # noqa: E402
 from vtb.agents.prompt import template_digest  # noqa: E402
 from vtb.config import BenchConfig  # noqa: E402
 from vtb.hashing import code_version, hash_json  # noqa: E402
-from vtb.ledger import Charge, Ledger  # noqa: E402
+from vtb.ledger import Charge, Ledger, StepLimits, check_budget  # noqa: E402
 from vtb.workspace import part_hashes, restore  # noqa: E402
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
@@ -52,6 +52,7 @@ class Bench:
     """State of one bench run; the methods are the flow's stages."""
 
     def __init__(self, cfg: BenchConfig):
+        check_budget(cfg.budget.unit, cfg.sandbox.gpus)  # also for flows that skip run_bench (sweeps)
         self.cfg = cfg
         self.runs, self.cache = cfg.paths()
         self.cache.mkdir(parents=True, exist_ok=True)
@@ -111,14 +112,21 @@ class Bench:
         if budgeted:
             self.ledger.charge(step, iteration, Charge(**charge))
 
+    def _step_limits(self, budgeted: bool) -> StepLimits:
+        """What the budget leaves the next step; nothing for unbudgeted steps (grading, reference)."""
+        if not budgeted:
+            return StepLimits(None, None, None)
+        return self.ledger.step_limits(self.cfg.sandbox.step_cpu_s)
+
     def train(self, sid: str, iteration: int, budgeted: bool = True) -> tuple[str, dict]:
         hashes = part_hashes(self.store / sid)
         key = hash_json(["train", self.model["hash"], hashes["data"], hashes["trainer"], self.cfg.seed,
                          code_version(*pipeline.TRAIN_CODE)])  # fmt: skip
-        max_flops, cpu = self.ledger.step_limits(self.cfg.sandbox.step_cpu_s) if budgeted else (None, None)
+        lim = self._step_limits(budgeted)
         out = self._call("train", key=key, snapshot_dir=str(self.store / sid), base_dir=str(self.base_dir),
                                   cache=str(self.cache), seed=self.cfg.seed, sandbox_cfg=self.cfg.sandbox,
-                                  max_flops=max_flops, cpu_seconds=cpu)  # fmt: skip
+                                  max_flops=lim.max_flops, cpu_seconds=lim.cpu_seconds,
+                                  gpu_seconds=lim.gpu_seconds)  # fmt: skip
         self._charge("train", iteration, key, out["charge"], budgeted)
         return key, out
 
@@ -127,10 +135,11 @@ class Bench:
         hashes = part_hashes(self.store / sid)
         key = hash_json(["play", train_key, hashes["harness"], split, self.data["hashes"][split], null_model,
                          asdict(self.cfg.task), code_version(*pipeline.PLAY_CODE)])  # fmt: skip
-        max_flops, cpu = self.ledger.step_limits(self.cfg.sandbox.step_cpu_s) if budgeted else (None, None)
+        lim = self._step_limits(budgeted)
         out = self._call("play", key=key, harness_dir=str(self.store / sid / "harness"), model_dir=checkpoint,
                                  split=split, data_dir=str(self.data_dir), task_cfg=self.cfg.task,
-                                 sandbox_cfg=self.cfg.sandbox, max_flops=max_flops, cpu_seconds=cpu,
+                                 sandbox_cfg=self.cfg.sandbox, max_flops=lim.max_flops,
+                                 cpu_seconds=lim.cpu_seconds, gpu_seconds=lim.gpu_seconds,
                                  null_model=null_model)  # fmt: skip
         self._charge(f"play-{split}", iteration, key, out["charge"], budgeted)
         return out
@@ -185,7 +194,8 @@ class Bench:
             turn = self._call("turn", key=key, agent_cfg=cfg.agent, feedback=asdict(feedback), before=before,
                                       store=str(self.store), workspace=str(ws), data_dir=str(self.data_dir),
                                       base_dir=str(self.base_dir), sandbox_cfg=cfg.sandbox,
-                                      cpu_seconds=self.ledger.cpu_left())  # fmt: skip
+                                      cpu_seconds=self.ledger.cpu_left(),
+                                      gpu_seconds=self.ledger.gpu_left())  # fmt: skip
             self._charge("agent", it, key, turn["charge"])
             say(f"iteration {it}: {turn['notes']} (edits: {sorted(turn['edits'])})", self.t0)
             if turn["done"] and turn["after"] == before:
@@ -258,6 +268,7 @@ def _public(entry: dict) -> dict:
 def run_bench(cfg: BenchConfig) -> dict:
     """Run one bench as a Prefect flow run; returns result.json's content."""
     name = default_run_id(cfg) if cfg.run_id is None else cfg.run_id
+    check_budget(cfg.budget.unit, cfg.sandbox.gpus)  # a budget that cannot be metered fails first
     make_agent(cfg.agent)  # a misconfigured agent (no endpoint, CLI not installed) fails before any work
     return bench_flow.with_options(flow_run_name=name)(cfg)
 

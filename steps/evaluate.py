@@ -27,6 +27,7 @@ def play_step(
     max_flops: float | None,
     cpu_seconds: float | None,
     null_model: bool = False,
+    gpu_seconds: float | None = None,
 ) -> dict:
     domain = get_domain(task_cfg.name)
     sandbox = pipeline.sandbox_for(sandbox_cfg)
@@ -36,7 +37,7 @@ def play_step(
         Path(harness_dir),
         Path(model_dir),
         episodes,
-        limits=pipeline.step_limits(sandbox_cfg, max_flops, cpu_seconds),
+        limits=pipeline.step_limits(sandbox_cfg, max_flops, cpu_seconds, gpu_seconds),
         round_timeout_s=task_cfg.round_timeout_s,
         per_episode_timeout_s=task_cfg.per_episode_timeout_s,
         null_model=null_model,

@@ -30,6 +30,7 @@ def agent_turn_step(
     base_dir: str,
     sandbox_cfg: SandboxConfig,
     cpu_seconds: float,
+    gpu_seconds: float | None = None,
 ) -> dict:
     store_, ws = Path(store), Path(workspace)
     restore(store_, before, ws)
@@ -39,7 +40,7 @@ def agent_turn_step(
         Feedback(**feedback),
         pipeline.sandbox_for(sandbox_cfg),
         runner.research_mounts(ws, Path(data_dir), Path(base_dir)),
-        pipeline.step_limits(sandbox_cfg, None, cpu_seconds),
+        pipeline.step_limits(sandbox_cfg, None, cpu_seconds, gpu_seconds),
     )
     error, stopped = None, None
     try:

@@ -20,6 +20,7 @@ def train_step(
     sandbox_cfg: SandboxConfig,
     max_flops: float | None,
     cpu_seconds: float | None,
+    gpu_seconds: float | None = None,
 ) -> dict:
     out_dir = Path(cache) / "checkpoints" / key[:24]
     outcome = runner.train(
@@ -28,7 +29,7 @@ def train_step(
         Path(base_dir),
         out_dir,
         seed=seed,
-        limits=pipeline.step_limits(sandbox_cfg, max_flops, cpu_seconds),
+        limits=pipeline.step_limits(sandbox_cfg, max_flops, cpu_seconds, gpu_seconds),
         echo=lambda line: print(f"  [train] {line}", flush=True),
     )
     return {

@@ -61,3 +61,19 @@ def test_sweep_composes_its_benches_also_inside_hydra_main():
         inside = bench_configs(sweep)
     assert [(c.agent.name, c.seed, c.budget.limit) for c in inside] == [("noop", 3, 5e12), ("noop", 4, 5e12)]
     assert inside == outside
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (Path(CONF_DIR) / "budget").glob("*.yaml")))
+def test_every_budget_config_composes(name: str) -> None:
+    """Each budget preset is valid against BudgetConfig and names a unit the ledger enforces."""
+    from vtb.ledger import UNITS, Ledger
+
+    budget = to_config(_compose(f"budget={name}")).budget
+    assert budget.name == name and budget.unit in UNITS and budget.limit > 0 and budget.cpu_seconds > 0
+    Ledger(budget.unit, budget.limit, budget.cpu_seconds)
+
+
+def test_the_h100_preset_budgets_gpu_seconds_and_composes_with_sandbox_gpus() -> None:
+    for sandbox in ("bwrap", "docker"):
+        cfg = to_config(_compose("budget=h100_10h", f"sandbox={sandbox}", 'sandbox.gpus="0,1"'))
+        assert (cfg.budget.unit, cfg.budget.limit, cfg.sandbox.gpus) == ("gpu_seconds", 36000, "0,1")

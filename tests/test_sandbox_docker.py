@@ -57,12 +57,28 @@ def test_containers_are_removed_after_success_failure_and_kill() -> None:
     assert sandbox.api.containers(all=True, filters=mine) == []
 
 
+class TwoGpus:
+    """A stand-in for NVML (no GPU here): two devices, nobody on them."""
+
+    def device_count(self) -> int:
+        return 2
+
+    def compute_pids(self, index: int) -> set[int]:
+        return set()
+
+    def utilization(self, index: int) -> float:
+        return 0.0
+
+
 @pytest.mark.docker
 def test_gpu_passthrough_is_a_device_request(tmp_path) -> None:
-    config = sandbox_backend("docker", gpus="0,1").host_config(runtime_mounts(), Limits(), tmp_path, "vtb-x")
+    nvml = TwoGpus()
+    config = sandbox_backend("docker", gpus="0,1", gpu_reader=nvml).host_config(
+        runtime_mounts(), Limits(), tmp_path, "vtb-x"
+    )
     (request,) = config["DeviceRequests"]
     assert request["DeviceIDs"] == ["0", "1"] and request["Capabilities"] == [["gpu"]]
-    everything = sandbox_backend("docker", gpus="all").host_config(
+    everything = sandbox_backend("docker", gpus="all", gpu_reader=nvml).host_config(
         runtime_mounts(), Limits(), tmp_path, "vtb-x"
     )
     assert everything["DeviceRequests"][0]["Count"] == -1

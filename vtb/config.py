@@ -111,14 +111,16 @@ class SandboxConfig:
     step_cpu_s: float = 1800.0  # per sandboxed step, whole process tree
     memory_mb: int | None = None
     image: str = "vtb/runtime:latest"  # docker: the container image (scripts/build_images.sh)
-    gpus: str | None = None  # docker: None, "all" or device ids "0,1" passed through to containers
+    # None, "all" or device ids "0,1": the GPUs each sandbox gets (bwrap: their device nodes and
+    # CUDA_VISIBLE_DEVICES; docker: a device request); their GPU-seconds are metered through NVML
+    gpus: str | None = None
     runtime: str = "host"  # docker: host (host runtime mounted into vtb/runtime) | image (its own stack)
 
 
 @dataclass
 class BudgetConfig:
     name: str = "small"
-    unit: str = "flops"  # flops | cpu_seconds: the unit that is enforced
+    unit: str = "flops"  # flops | cpu_seconds | gpu_seconds (needs sandbox.gpus): the unit that is enforced
     limit: float = 1.0e13
     cpu_seconds: float = 3600.0  # hard cap on metered CPU-seconds, always enforced
 

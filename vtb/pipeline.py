@@ -145,9 +145,13 @@ def sandbox_for(cfg: SandboxConfig):
         return make_sandbox(
             "docker", threads=cfg.threads, image=cfg.image, gpus=cfg.gpus, runtime=cfg.runtime
         )
-    return make_sandbox(cfg.backend, threads=cfg.threads)
+    return make_sandbox(cfg.backend, threads=cfg.threads, gpus=cfg.gpus)
 
 
-def step_limits(cfg: SandboxConfig, max_flops: float | None, cpu_seconds: float | None) -> Limits:
+def step_limits(
+    cfg: SandboxConfig, max_flops: float | None, cpu_seconds: float | None, gpu_seconds: float | None = None
+) -> Limits:
+    """A step's limits: the sandbox config's per-step caps, tightened by what the budget has left."""
     cpu = cfg.step_cpu_s if cpu_seconds is None else min(cfg.step_cpu_s, cpu_seconds)
-    return Limits(wall_seconds=cfg.step_wall_s, cpu_seconds=cpu, memory_mb=cfg.memory_mb, max_flops=max_flops)
+    return Limits(wall_seconds=cfg.step_wall_s, cpu_seconds=cpu, memory_mb=cfg.memory_mb, max_flops=max_flops,
+                  gpu_seconds=gpu_seconds)  # fmt: skip

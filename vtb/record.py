@@ -137,6 +137,7 @@ class RunRecord:
                 "unit": budget["unit"],
                 "flops": budget["flops"],
                 "cpu_seconds": budget["cpu_seconds"],
+                "gpu_seconds": budget.get("gpu_seconds", 0.0),
                 "agent_tokens": budget["agent_tokens"],
                 "agent_cost_usd": round(budget["agent_cost_usd"], 6),
             },  # fmt: skip
@@ -191,12 +192,16 @@ def summary_table(result: dict) -> str:
         extra = "".join(f"  {k} {v:.3f}" for k, v in passes.items())
         return f"{entry['test_score']:.3f}{extra}"
 
+    gpu_row = []  # a CPU run holds no GPU: no row
+    if b.get("gpu_seconds") or b["unit"] == "gpu_seconds":
+        gpu_row = [("metered GPU-seconds", f"{b.get('gpu_seconds', 0.0):.0f}")]
     rows = [
         ("initial system (test)", score(result["initial"])),
         (f"submitted by {result['agent']} (test)", score(result["submitted"])),
         ("reference system (test)", score(result["reference"])),
         (f"budget used ({b['unit']})", f"{b['used']:.3g} of {b['limit']:.3g}"),
         ("metered CPU-seconds", f"{b['cpu_seconds']:.0f}"),
+        *gpu_row,
         ("research agent's LLM", f"{b.get('agent_tokens', 0)} tokens, ${b.get('agent_cost_usd', 0.0):.4f}"),
         ("gain by part (val)", ", ".join(f"{k} {v:+.3f}" for k, v in result["gains_by_part"].items()) or "-"),
         ("run record", result["record"]),

@@ -57,6 +57,7 @@ class SandboxResearchEnv:
             cpu_seconds=cpu_left,
             memory_mb=self._limits.memory_mb,
             max_flops=self._limits.max_flops,
+            gpu_seconds=self._gpu_left(),
         )
         result = run_command(self._sandbox, command, self._mounts, limits)
         self.charge = self.charge + result.charge
@@ -71,6 +72,12 @@ class SandboxResearchEnv:
         }
         self.log.append(entry)
         return entry
+
+    def _gpu_left(self) -> float | None:
+        """The turn's GPU-seconds limit less what its commands have used (None: not limited)."""
+        if self._limits.gpu_seconds is None:
+            return None
+        return max(0.0, self._limits.gpu_seconds - self.charge.gpu_seconds)
 
     def write_file(self, relpath: str, content: str) -> None:
         path = self._path(relpath)
@@ -124,7 +131,8 @@ class SandboxResearchEnv:
             argv += ["--", "/bin/bash", "-c", command]
             cpu_left = max(0.0, self._limits.cpu_seconds - self.charge.cpu_seconds)
             # the turn's own wall limit, not the per-step one
-            limits = replace(self._limits, wall_seconds=timeout_s, cpu_seconds=cpu_left)
+            limits = replace(self._limits, wall_seconds=timeout_s, cpu_seconds=cpu_left,
+                             gpu_seconds=self._gpu_left())  # fmt: skip
             lines: list[dict] = []
             dropped = 0
             try:

@@ -31,6 +31,7 @@ def charge_of(result: SandboxResult) -> Charge:
     return Charge(
         flops=float(result.usage.get("flops", 0.0)),
         cpu_seconds=result.cpu_seconds,
+        gpu_seconds=result.gpu_seconds,
         wall_seconds=result.wall_seconds,
     )
 

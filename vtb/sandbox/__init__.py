@@ -25,7 +25,7 @@ __all__ = [
 
 
 def make_sandbox(name: str, **kwargs) -> Sandbox:
-    """A sandbox backend by name; kwargs go to its constructor (threads=2; docker: image=, gpus=)."""
+    """A sandbox backend by name; kwargs go to its constructor (threads=2, gpus=; docker: image=)."""
     if name == "bwrap":
         from vtb.sandbox.bwrap import BwrapSandbox
 

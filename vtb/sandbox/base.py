@@ -2,8 +2,9 @@
 
 Untrusted code (research-agent commands, agent-written trainers and harnesses) only ever
 runs through a `Sandbox`. The orchestrator decides what is visible (`Mount`s) and what the
-process may spend (`Limits`); the backend enforces both and meters CPU-seconds from
-*outside* the sandbox, because code inside could tamper with any in-process counter.
+process may spend (`Limits`); the backend enforces both and meters CPU-seconds (and, where
+it was given GPUs, GPU-seconds through NVML: gpu.py) from *outside* the sandbox, because code
+inside could tamper with any in-process counter.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ class Limits:
     # Tasks (processes and threads) alive at once in the tree, None = unlimited. Set it for
     # untrusted shell work (a fork bomb); not for torch, whose thread pools count too.
     max_processes: int | None = None
+    # Seconds GPUs were held by the tree, summed over GPUs (gpu.py); only metered, and so only
+    # enforced, by a sandbox given GPUs (sandbox.gpus). None = unlimited.
+    gpu_seconds: float | None = None
 
 
 @dataclass
@@ -46,9 +50,12 @@ class SandboxResult:
     stderr: str
     wall_seconds: float
     cpu_seconds: float
-    killed: str | None = None  # None, "wall", "cpu", "flops", "procs", "memory" (docker) or "closed"
+    # None, "wall", "cpu", "gpu", "flops", "procs", "memory" (docker) or "closed"
+    killed: str | None = None
     usage: dict = field(default_factory=dict)  # parsed usage file ({} if none was written)
     denials: list[str] = field(default_factory=list)  # stderr lines showing blocked access
+    gpu_seconds: float = 0.0  # GPU holding time metered through NVML (0 without sandbox GPUs)
+    gpu_busy_seconds: float = 0.0  # the same weighted by NVML utilization: informational
 
 
 class SandboxProcess(Protocol):

@@ -3,7 +3,9 @@
 Each process gets an EMPTY root holding only the given mounts (read-only unless marked
 writable), a fresh /proc in its own pid namespace (host pids, and so /proc/<pid>/root of the
 orchestrator, are invisible), a minimal /dev, a private /tmp, a loopback-only network and no
-capabilities. The process tree is metered and killed from outside (monitor.py).
+capabilities. The process tree is metered and killed from outside (monitor.py). Given GPUs
+(`gpus=`), the sandbox also gets the NVIDIA device nodes of those GPUs and CUDA_VISIBLE_DEVICES,
+and its GPU-seconds are metered through NVML (gpu.py).
 
 `--die-with-parent` ties the sandbox to the *thread* that called `start()` (the kernel's
 parent-death signal follows the forking thread): keep that thread alive until `wait()` returns.
@@ -25,6 +27,7 @@ from pathlib import Path
 from vtb.sandbox import cgroup as cgroups
 from vtb.sandbox.base import USAGE_FILE, Limits, Mount, SandboxResult, SandboxStartError
 from vtb.sandbox.cgroup import CpuCgroup
+from vtb.sandbox.gpu import GpuMeter, NvmlReader, default_reader, parse_gpus
 from vtb.sandbox.monitor import MonitoredProcess, run_to_end
 from vtb.sandbox.runtime import is_inside, masked_paths, sandbox_env, system_symlinks
 
@@ -45,6 +48,9 @@ BASE_FLAGS = ("--unshare-all", "--as-pid-1", "--die-with-parent", "--new-session
 # capabilities to attack the kernel with, and size caps on the RAM-backed tmpfs dirs (/tmp,
 # /dev/shm). Both are dropped, the rest kept, on an older bwrap.
 HARDEN_FLAGS = ("--unshare-user", "--disable-userns")
+# NVIDIA device nodes: the control nodes every CUDA process needs, plus nvidia<N> per GPU.
+DEV_DIR = "/dev"  # where they are looked up on the host (tests point it elsewhere)
+NVIDIA_SHARED_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset", "nvidia-caps")
 INSTALL_HINT = "install bubblewrap (`apt-get install bubblewrap`) or use the docker backend"
 USERNS_HINT = (
     "user namespaces must be allowed: e.g. `sysctl -w kernel.unprivileged_userns_clone=1` (Debian), "
@@ -93,6 +99,17 @@ def check_mount(m: Mount) -> None:
         raise ValueError(f"mount source {m.source} does not exist")
 
 
+def nvidia_nodes(devices: list[int]) -> list[str]:
+    """Names of the NVIDIA device nodes to bind for `devices`: those that exist under DEV_DIR.
+
+    nvidia<N> is taken to be GPU N of NVML (minor number = index, as the driver numbers them
+    in PCI order). A sandbox whose GPUs have no node still starts (its code then finds no GPU);
+    the meter watches every GPU anyway, so a mismatch could hide a GPU but never its charge.
+    """
+    names = [*NVIDIA_SHARED_NODES, *(f"nvidia{i}" for i in devices)]
+    return [n for n in names if os.path.exists(f"{DEV_DIR}/{n}")]
+
+
 def _depth(m: Mount) -> int:
     return m.target.count("/")
 
@@ -126,6 +143,9 @@ class BwrapSandbox:
     Limits.memory_mb is an RLIMIT_AS on each process, not a cap on the tree's total.
     exact_cpu: also meter CPU with a per-sandbox cgroup (cgroup.py); None = wherever the host
     allows it. /proc metering alone misses short-lived children that are never waited for.
+    gpus: None (no GPU, no NVIDIA device nodes), "all" or indices "0,1" (sandbox.gpus): those
+    GPUs' device nodes are bound, CUDA_VISIBLE_DEVICES names them, and every process gets a
+    GPU-seconds meter reading `gpu_reader` (default: NVML through pynvml, see gpu.py).
     """
 
     name = "bwrap"
@@ -137,6 +157,8 @@ class BwrapSandbox:
         max_stdout_chars: int = 8 << 20,
         tmp_mb: int = 4096,
         exact_cpu: bool | None = None,
+        gpus: str | None = None,
+        gpu_reader: NvmlReader | None = None,
     ) -> None:
         self.threads = threads
         self.max_stdout_chars = max_stdout_chars
@@ -148,14 +170,30 @@ class BwrapSandbox:
             cgroups.create_allowed() if exact_cpu is None else exact_cpu and cgroups.create_allowed()
         )
         self._exe = shutil.which(bwrap) or bwrap
+        # Without GPUs nothing touches NVML (nor imports pynvml); with them a host without a
+        # driver or pynvml fails here, at startup, not in every step.
+        self.gpu_reader = (gpu_reader or default_reader()) if gpus not in (None, "") else None
+        self.gpus = parse_gpus(gpus, self.gpu_reader) if self.gpu_reader is not None else None
+        # The meter watches every GPU on the host, not only ours: see GpuMeter.
+        self._metered = list(range(self.gpu_reader.device_count())) if self.gpu_reader is not None else []
+        if self.gpus is not None and not nvidia_nodes(self.gpus):
+            log.warning("sandbox.gpus=%s: no NVIDIA device nodes under %s; code inside will see no GPU",
+                        gpus, DEV_DIR)  # fmt: skip
 
     def env(self, limits: Limits, env: dict[str, str] | None) -> dict[str, str]:
-        return sandbox_env(self.threads, limits, env)
+        if self.gpus is None:
+            return sandbox_env(self.threads, limits, env)
+        # PCI order makes CUDA's device numbers NVML's (and the device nodes'); a caller's own
+        # CUDA_VISIBLE_DEVICES (e.g. "" for a CPU-only step) wins.
+        visible = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(map(str, self.gpus))}
+        return sandbox_env(self.threads, limits, {**visible, **(env or {})})
 
     def command(self, argv: list[str], mounts: list[Mount], cwd: str, out_dir: Path) -> list[str]:
         """The bwrap command line; parents are mounted before what is mounted inside them."""
         cmd = [self._exe, *(HARDEN_FLAGS if self.hardened else ()), *BASE_FLAGS, "--hostname", "vtb"]
         cmd += ["--proc", "/proc", "--dev", "/dev"]
+        for node in nvidia_nodes(self.gpus) if self.gpus is not None else ():
+            cmd += ["--dev-bind", f"{DEV_DIR}/{node}", f"/dev/{node}"]
         if self.hardened:
             size = str(self.tmp_mb << 20)
             cmd += ["--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/dev/shm"]
@@ -230,7 +268,10 @@ class BwrapSandbox:
             if pids is not None:
                 cgroups.remove(pids)
             raise
-        return MonitoredProcess(popen, rfd, limits, out_dir, started, cgroup, pids)
+        gpu = None
+        if self.gpu_reader is not None:
+            gpu = GpuMeter(self.gpu_reader, self._metered, started)
+        return MonitoredProcess(popen, rfd, limits, out_dir, started, cgroup, pids, gpu)
 
     def run(
         self,

@@ -7,7 +7,8 @@ read-only, the workspace read-write), `network_mode="none"`, a read-only root, a
 capabilities dropped, no-new-privileges, private size-capped /tmp and /dev/shm, and the host's
 uid. Limits are enforced from outside: wall time, CPU-seconds of the whole container (read from
 a per-sandbox parent cgroup, which keeps the count after the container is gone, so a short step
-is metered too), FLOPs from the usage file, a pids cap and a memory cap for the whole tree.
+is metered too), FLOPs from the usage file, a pids cap and a memory cap for the whole tree,
+and with GPUs the GPU-seconds of the host pids in the container's cgroups (NVML: gpu.py).
 
 Every container carries labels naming its owner process; a new `DockerSandbox` removes the
 containers of owners that are gone, so killing the orchestrator mid-step leaves nothing running
@@ -31,6 +32,7 @@ from pathlib import Path
 
 from vtb.sandbox.base import USAGE_FILE, Limits, Mount, SandboxResult, SandboxStartError
 from vtb.sandbox.bwrap import check_mount
+from vtb.sandbox.gpu import GpuMeter, NvmlReader, default_reader, parse_gpus
 from vtb.sandbox.monitor import POLL_S, _flops, read_usage, run_to_end
 from vtb.sandbox.output import StderrCollector
 from vtb.sandbox.runtime import masked_paths, runtime_mounts, sandbox_env
@@ -96,6 +98,18 @@ def _cgroup_cpu(parent: str) -> float | None:
     return None
 
 
+def _cgroup_pids(parent: str) -> set[int]:
+    """Host pids of every process in the parent cgroup and below it (the container's own cgroup)."""
+    pids: set[int] = set()
+    for top in _cgroup_dirs(parent):
+        for d, _, _ in os.walk(top):
+            try:
+                pids.update(int(p) for p in Path(d, "cgroup.procs").read_text().split())
+            except (OSError, ValueError):
+                pass
+    return pids
+
+
 def _remove_cgroup(parent: str, timeout: float = 2.0) -> None:
     deadline = time.monotonic() + timeout
     for d in sorted(_cgroup_dirs(parent), key=len, reverse=True):
@@ -131,7 +145,8 @@ def cleanup_stale(api) -> list[str]:
 class DockerSandbox:
     """`Sandbox` backed by a Docker Engine (the `docker` SDK, low-level API).
 
-    gpus: None (no GPU), "all", or device ids such as "0,1": passed as a device request.
+    gpus: None (no GPU), "all", or device ids such as "0,1": passed as a device request; every
+    container then gets a GPU-seconds meter reading `gpu_reader` (default: NVML, see gpu.py).
     runtime="host" (default): the image only needs mount points; programs come from the host
     runtime mounts, exactly as in a bwrap sandbox, so both backends run the same code with the
     same paths. runtime="image": a self-contained image (containers/*.Dockerfile) brings its
@@ -150,6 +165,7 @@ class DockerSandbox:
         max_stdout_chars: int = 8 << 20,
         tmp_mb: int = 4096,
         client=None,
+        gpu_reader: NvmlReader | None = None,
     ) -> None:
         import docker
 
@@ -158,6 +174,11 @@ class DockerSandbox:
             raise ValueError(f"sandbox.runtime={runtime!r} is not one of host, image")
         self.image = image
         self.gpus = gpus
+        # Checked before any engine work: a bad spec or a host without NVML fails at startup.
+        self.gpu_reader = (gpu_reader or default_reader()) if gpus not in (None, "") else None
+        parse_gpus(gpus, self.gpu_reader)
+        # The meter watches every GPU on the host, not only the container's: see GpuMeter.
+        self._metered = list(range(self.gpu_reader.device_count())) if self.gpu_reader is not None else []
         self.runtime = runtime
         self.max_stdout_chars = max_stdout_chars
         self.tmp_mb = tmp_mb
@@ -242,7 +263,8 @@ class DockerSandbox:
             shutil.rmtree(out_dir, ignore_errors=True)
             _remove_cgroup(parent)
             raise SandboxStartError(f"docker could not start the sandbox container: {e}") from e
-        return DockerProcess(self.api, cid, sock, limits, out_dir, parent, started)
+        gpu = GpuMeter(self.gpu_reader, self._metered, started) if self.gpu_reader is not None else None
+        return DockerProcess(self.api, cid, sock, limits, out_dir, parent, started, gpu)
 
     def _in_image(
         self, mounts: list[Mount], argv: list[str], env: dict
@@ -271,8 +293,12 @@ class DockerSandbox:
 class DockerProcess:
     """Implements `SandboxProcess` for a started container: pipes, limits, removal, result."""
 
-    def __init__(self, api, cid: str, sock, limits: Limits, out_dir: Path, parent: str, started: float):
+    def __init__(
+        self, api, cid: str, sock, limits: Limits, out_dir: Path, parent: str, started: float,
+        gpu: GpuMeter | None = None,
+    ):  # fmt: skip
         self._api, self.id, self._limits = api, cid, limits
+        self._gpu, self._gpu_pids = gpu, set()
         self._out_dir, self._parent, self._started = out_dir, parent, started
         self._sock = getattr(sock, "_sock", sock)  # the raw socket under the SDK's wrapper
         in_r, in_w = os.pipe()
@@ -374,6 +400,8 @@ class DockerProcess:
             self._killed = self._killed or "closed"
         finally:
             self._cpu = max(self._cpu, _cgroup_cpu(self._parent) or 0.0)
+            if self._gpu is not None:  # the last interval: charged if the container held a GPU before it
+                self._gpu.sample(self._gpu_pids, self._ended or time.monotonic())
             try:
                 if self._api.inspect_container(self.id)["State"].get("OOMKilled"):
                     self._killed = self._killed or "memory"  # the tree hit its memory cap
@@ -388,12 +416,19 @@ class DockerProcess:
 
     def _check_limits(self, deadline: float) -> None:
         self._cpu = max(self._cpu, _cgroup_cpu(self._parent) or 0.0)
+        gpu_limit = self._limits.gpu_seconds
+        if self._gpu is not None:
+            pids = _cgroup_pids(self._parent)
+            self._gpu_pids = pids or self._gpu_pids
+            self._gpu.sample(pids, time.monotonic())
         if time.monotonic() >= deadline:
             self.kill("wall")
         elif self._cpu > self._limits.cpu_seconds:
             self.kill("cpu")
         elif self._limits.max_processes is not None and self._fork_refused():
             self.kill("procs")
+        elif self._gpu is not None and gpu_limit is not None and self._gpu.gpu_seconds > gpu_limit:
+            self.kill("gpu")
         elif self._limits.max_flops is not None:
             if _flops(read_usage(self._out_dir / "usage.json")) > self._limits.max_flops:
                 self.kill("flops")
@@ -424,5 +459,7 @@ class DockerProcess:
                     killed=self._killed,
                     usage=usage,
                     denials=list(self._stderr.denials),
+                    gpu_seconds=self._gpu.gpu_seconds if self._gpu is not None else 0.0,
+                    gpu_busy_seconds=self._gpu.busy_seconds if self._gpu is not None else 0.0,
                 )
             return self._result

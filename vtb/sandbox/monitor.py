@@ -2,7 +2,8 @@
 
 One monitor thread per process reaps it the moment it exits (through a pidfd, so a short
 step pays no polling delay) and every POLL_S checks wall time, the CPU-seconds of the whole
-process tree and the FLOPs the engines report; on any excess it SIGKILLs the tree. The
+process tree, its GPU-seconds (NVML, when the sandbox has GPUs: gpu.py) and the FLOPs the
+engines report; on any excess it SIGKILLs the tree. The
 backend only has to build the command line (see bwrap.py).
 
 Known gap of /proc metering: a child that lives less than POLL_S and is auto-reaped (its
@@ -27,6 +28,7 @@ from vtb.sandbox import proctree
 from vtb.sandbox.base import Limits, SandboxResult
 from vtb.sandbox.cgroup import CpuCgroup
 from vtb.sandbox.cgroup import remove as remove_cgroup
+from vtb.sandbox.gpu import GpuMeter
 from vtb.sandbox.output import StderrCollector, read_bounded
 
 POLL_S = 0.2
@@ -74,6 +76,7 @@ class MonitoredProcess:
         started: float,
         cgroup: CpuCgroup | None = None,
         pids_cgroup: Path | None = None,
+        gpu: GpuMeter | None = None,
     ) -> None:
         self._popen = popen
         self.stdin = popen.stdin
@@ -85,6 +88,7 @@ class MonitoredProcess:
         self._started = started
         self._cgroup = cgroup
         self._pids_cgroup = pids_cgroup
+        self._gpu = gpu
         self._stderr = StderrCollector(stderr_fd)
         self._lock = threading.RLock()
         self._done = threading.Event()
@@ -146,6 +150,8 @@ class MonitoredProcess:
                     time.sleep(min(pause, 0.01))
             # The pid namespace dies with bwrap; this only catches anything that outlived it.
             proctree.kill(self._last_tree)
+            if self._gpu is not None:  # the last interval: charged if the tree held a GPU before it
+                self._gpu.sample({p.pid for p in self._last_tree}, self._ended or time.monotonic())
             if self._cgroup is not None:
                 self._polled_cpu = max(self._polled_cpu, self._cgroup.close())
             if self._pids_cgroup is not None:
@@ -165,10 +171,15 @@ class MonitoredProcess:
             self._polled_cpu = max(self._polled_cpu, proctree.cpu_seconds(procs))
         if self._cgroup is not None:
             self._polled_cpu = max(self._polled_cpu, self._cgroup.cpu_seconds())
+        gpu_limit = self._limits.gpu_seconds
+        if self._gpu is not None:
+            self._gpu.sample({p.pid for p in procs}, time.monotonic())
         if self._polled_cpu > self._limits.cpu_seconds:
             self.kill("cpu")
         elif self._limits.max_processes is not None and self._over_process_cap(procs):
             self.kill("procs")
+        elif self._gpu is not None and gpu_limit is not None and self._gpu.gpu_seconds > gpu_limit:
+            self.kill("gpu")
         elif self._limits.max_flops is not None:
             if _flops(read_usage(self._usage_path)) > self._limits.max_flops:
                 self.kill("flops")
@@ -215,6 +226,8 @@ class MonitoredProcess:
                     killed=self._killed,
                     usage=usage,
                     denials=list(self._stderr.denials),
+                    gpu_seconds=self._gpu.gpu_seconds if self._gpu is not None else 0.0,
+                    gpu_busy_seconds=self._gpu.busy_seconds if self._gpu is not None else 0.0,
                 )
             return self._result
 
