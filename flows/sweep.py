@@ -2,7 +2,7 @@
 
 Launch:  python -m flows.sweep                                 (conf/sweep.yaml: math x noop,greedy x 3 seeds)
          python -m flows.sweep 'agents=[greedy]' 'seeds=[0,1]' 'overrides=[budget.limit=5e12]'
-         python -m flows.sweep 'gpus=[0,1,2,3]' max_parallel=4 'overrides=[sandbox=docker]'
+         python -m flows.sweep 'gpus=[0,1,2,3]' max_parallel=4      (one bench per GPU, 4 at once)
 A bench that fails is recorded and the sweep goes on; the leaderboard (leaderboard.md, .csv,
 .png under runs_dir) covers the benches that finished, and is published as a Prefect artifact.
 `max_parallel` benches run at once; with `gpus` each running bench holds one GPU slot (see
@@ -18,6 +18,7 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 
+import contextvars  # noqa: E402
 import queue  # noqa: E402
 from collections.abc import Callable, Sequence  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
@@ -119,14 +120,13 @@ def run_benches(
     it ends, failed or not; no two running benches share a slot.
     """
     workers = parallelism(max_parallel, gpus)
-    if not gpus:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            return list(pool.map(run_one, configs))
     slots: queue.Queue[str] = queue.Queue()
     for gpu in gpus:
         slots.put(str(gpu))
 
     def on_slot(cfg: BenchConfig) -> dict:
+        if not gpus:
+            return run_one(cfg)
         gpu = slots.get()
         try:
             return {**run_one(with_gpu(cfg, gpu)), "gpu": gpu}
@@ -134,7 +134,10 @@ def run_benches(
             slots.put(gpu)
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(on_slot, configs))
+        # each job in a copy of this thread's context: Prefect's flow run context comes along, so
+        # the benches are subflow runs of the sweep's flow run (a bare thread starts top-level runs)
+        futures = [pool.submit(contextvars.copy_context().run, on_slot, cfg) for cfg in configs]
+        return [f.result() for f in futures]
 
 
 def _sweep(cfg: SweepConfig) -> dict:
@@ -143,8 +146,6 @@ def _sweep(cfg: SweepConfig) -> dict:
     n = parallelism(cfg.max_parallel, cfg.gpus)
     slots = f" on GPU slots {cfg.gpus}" if cfg.gpus else ""
     print(f"[sweep] {len(configs)} benches, {n} at a time{slots}", flush=True)
-    if cfg.gpus and any(c.sandbox.backend != "docker" for c in configs):
-        print("[sweep] note: sandbox.gpus is passed to containers by sandbox=docker only", flush=True)
     outcomes = run_benches(configs, _one, cfg.max_parallel, cfg.gpus)
     for o in outcomes:
         gpu = f" [gpu {o['gpu']}]" if "gpu" in o else ""

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Deploys prefect.yaml (the nightly sweep) to the Prefect server at PREFECT_API_URL: creates the
+# `vtb-local` process work pool if missing, then `prefect --no-prompt deploy`. Offline: the flow
+# runs start in this checkout (VTB_REPO, exported here, is the pull step's directory).
+#
+# Usage: scripts/deploy.sh [--name nightly-sweep] [--worker]
+#   --name N   deploy only deployment N (default: all in prefect.yaml)
+#   --worker   then start a worker for the pool here, in the foreground (Ctrl-C stops it)
+# PREFECT_API_URL defaults to http://127.0.0.1:4200/api (scripts/prefect_server.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+POOL=vtb-local   # prefect.yaml's work_pool.name
+NAME=""
+WORKER=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --name) NAME=$2; shift 2 ;;
+    --worker) WORKER=1; shift ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+export VTB_REPO
+VTB_REPO=$(pwd)
+export PREFECT_API_URL=${PREFECT_API_URL:-http://127.0.0.1:4200/api}
+export PREFECT_SERVER_ANALYTICS_ENABLED=false DO_NOT_TRACK=1
+PREFECT=.venv/bin/prefect
+
+if ! .venv/bin/python -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)" \
+    "$PREFECT_API_URL/health" >/dev/null 2>&1; then
+  echo "[deploy] no Prefect server answers at $PREFECT_API_URL: start one with scripts/prefect_server.sh" >&2
+  exit 1
+fi
+if $PREFECT work-pool inspect "$POOL" >/dev/null 2>&1; then
+  echo "[deploy] work pool $POOL exists"
+else
+  $PREFECT work-pool create "$POOL" --type process
+fi
+if [ -n "$NAME" ]; then
+  $PREFECT --no-prompt deploy --name "$NAME"
+else
+  $PREFECT --no-prompt deploy --all
+fi
+
+echo "[deploy] deployed from prefect.yaml to $PREFECT_API_URL (flow runs start in $VTB_REPO)"
+echo "[deploy] a worker runs them:  PREFECT_API_URL=$PREFECT_API_URL $PREFECT worker start --pool $POOL"
+echo "[deploy] run one now:         PREFECT_API_URL=$PREFECT_API_URL $PREFECT deployment run vibetraining-nightly-sweep/nightly-sweep"
+if [ "$WORKER" = 1 ]; then
+  echo "[deploy] starting the worker (Ctrl-C stops it)"
+  exec $PREFECT worker start --pool "$POOL"
+fi

@@ -1,0 +1,95 @@
+"""GPU slots of the sweep scheduler, on the CPU: a fake bench function stands in for the bench flow."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+
+from flows.bench import default_run_id
+from flows.sweep import SweepConfig, bench_configs, parallelism, run_benches, with_gpu
+
+
+class FakeBench:
+    """Records which GPU each bench got and which slots were held at the same time."""
+
+    def __init__(self, seconds: float = 0.2):
+        self.seconds = seconds
+        self.lock = threading.Lock()
+        self.running: dict[str, str] = {}  # run id -> slot
+        self.seen: list[tuple[str, str | None]] = []
+        self.max_running = 0
+        self.clashes: list[str] = []
+
+    def __call__(self, cfg) -> dict:
+        gpu, run = cfg.sandbox.gpus, cfg.run_id or default_run_id(cfg)
+        with self.lock:
+            if gpu in self.running.values():
+                self.clashes.append(f"{run} on {gpu}, held by {self.running}")
+            self.running[run] = gpu
+            self.seen.append((run, gpu))
+            self.max_running = max(self.max_running, len(self.running))
+        time.sleep(self.seconds)
+        with self.lock:
+            del self.running[run]
+        if cfg.seed == 3:
+            raise RuntimeError("bench crashed")
+        return {"run": run, "state": "completed"}
+
+
+@pytest.fixture(scope="module")
+def configs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("slots")
+    sweep = SweepConfig(tasks=["math"], agents=["noop", "greedy"], seeds=[0, 1, 2, 4, 5],
+                        runs_dir=str(tmp / "runs"), cache_dir=str(tmp / "cache"))  # fmt: skip
+    return bench_configs(sweep)
+
+
+@pytest.mark.parametrize(("max_parallel", "gpus", "expected"),
+                         [(4, ["0", "1"], 2), (1, ["0", "1", "2"], 1), (3, ["0", "1", "2", "3"], 3),
+                          (3, [], 3), (0, [], 1), (8, ["0,1", "2,3"], 2)])  # fmt: skip
+def test_parallelism_is_bounded_by_the_gpu_slots(max_parallel, gpus, expected) -> None:
+    assert parallelism(max_parallel, gpus) == expected
+
+
+@pytest.mark.parametrize(
+    ("max_parallel", "gpus"), [(4, ["0", "1"]), (2, ["0", "1", "2"]), (3, ["0,1", "2,3", "4"])]
+)
+def test_each_bench_holds_its_own_gpu_slot(configs, max_parallel, gpus) -> None:
+    fake = FakeBench()
+    outcomes = run_benches(configs, fake, max_parallel=max_parallel, gpus=gpus)
+    assert fake.clashes == []
+    assert fake.max_running == parallelism(max_parallel, gpus)  # the slots are used, never exceeded
+    assert len(fake.seen) == len(configs) and all(gpu in gpus for _, gpu in fake.seen)
+    assert [o["run"] for o in outcomes] == [default_run_id(c) for c in configs]  # in order, ids pinned
+    assert all(o["gpu"] in gpus for o in outcomes)
+    assert all(c.sandbox.gpus is None and c.run_id is None for c in configs)  # the inputs are untouched
+
+
+def test_a_failing_bench_gives_its_slot_back(configs) -> None:
+    fake = FakeBench(seconds=0.01)
+    crashing = [replace(c, seed=3) for c in configs[:2]]
+    with pytest.raises(RuntimeError, match="bench crashed"):
+        run_benches(crashing, fake, max_parallel=2, gpus=["0"])
+    assert len(fake.seen) == 2 and fake.clashes == []  # the second bench got the slot after the crash
+
+
+def test_without_gpus_no_slot_is_assigned(configs) -> None:
+    fake = FakeBench(seconds=0.01)
+    outcomes = run_benches(configs[:3], fake, max_parallel=2)
+    assert [gpu for _, gpu in fake.seen] == [None, None, None]
+    assert all("gpu" not in o for o in outcomes)
+
+
+def test_the_slot_is_the_hydra_override_sandbox_gpus(tmp_path) -> None:
+    """with_gpu gives the config Hydra composes with `sandbox.gpus=<id>`, with the run id of the config without it."""
+    base = SweepConfig(tasks=["math"], agents=["noop"], seeds=[0], runs_dir=str(tmp_path / "r"),
+                       cache_dir=str(tmp_path / "c"), overrides=["budget.limit=5e12"])  # fmt: skip
+    [cfg] = bench_configs(base)
+    [composed] = bench_configs(replace(base, overrides=[*base.overrides, "sandbox.gpus=1"]))
+    slotted = with_gpu(cfg, "1")
+    assert slotted.sandbox == composed.sandbox and slotted.sandbox.gpus == "1"
+    assert replace(slotted, run_id=None) == composed
+    assert slotted.run_id == default_run_id(cfg)  # the record and cache do not depend on the slot
