@@ -16,7 +16,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 
 import time  # noqa: E402
-from dataclasses import asdict  # noqa: E402
+from dataclasses import asdict, replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import hydra  # noqa: E402
@@ -29,6 +29,7 @@ from vtb import pipeline, record  # noqa: E402
 from vtb.agents import Feedback, make_agent  # noqa: E402
 from vtb.agents.prompt import template_digest  # noqa: E402
 from vtb.config import BenchConfig  # noqa: E402
+from vtb.engine.select import engine_env  # noqa: E402
 from vtb.hashing import code_version, hash_json  # noqa: E402
 from vtb.ledger import Charge, Ledger, StepLimits, check_budget  # noqa: E402
 from vtb.workspace import part_hashes, restore  # noqa: E402
@@ -134,13 +135,14 @@ class Bench:
              budgeted: bool = True, null_model: bool = False) -> dict:  # fmt: skip
         hashes = part_hashes(self.store / sid)
         key = hash_json(["play", train_key, hashes["harness"], split, self.data["hashes"][split], null_model,
-                         asdict(self.cfg.task), code_version(*pipeline.PLAY_CODE)])  # fmt: skip
+                         asdict(self.cfg.task), asdict(self.cfg.engine),
+                         code_version(*pipeline.PLAY_CODE)])  # fmt: skip
         lim = self._step_limits(budgeted)
         out = self._call("play", key=key, harness_dir=str(self.store / sid / "harness"), model_dir=checkpoint,
                                  split=split, data_dir=str(self.data_dir), task_cfg=self.cfg.task,
                                  sandbox_cfg=self.cfg.sandbox, max_flops=lim.max_flops,
                                  cpu_seconds=lim.cpu_seconds, gpu_seconds=lim.gpu_seconds,
-                                 null_model=null_model)  # fmt: skip
+                                 null_model=null_model, engine_cfg=self.cfg.engine)  # fmt: skip
         self._charge(f"play-{split}", iteration, key, out["charge"], budgeted)
         return out
 
@@ -226,6 +228,15 @@ class Bench:
             out["flagged"] = null["score"] > self.cfg.null_model_threshold
         return out
 
+    def _reference_model(self) -> dict:
+        """The preset's released instruct model, provisioned like a base model (its harness: the domain's reference)."""
+        cfg = self.cfg
+        model = replace(cfg.model, name=f"{cfg.model.name}-reference", hub_id=cfg.model.reference_hub_id,
+                        reference_hub_id=None)  # fmt: skip
+        key = hash_json(["model", asdict(model), self.data["hashes"], code_version(*pipeline.MODEL_CODE)])
+        return self._call("model", key=key, model_cfg=model, task_cfg=cfg.task, data_dir=self.data["data_dir"],
+                          cache=str(self.cache), sandbox_cfg=cfg.sandbox)  # fmt: skip
+
     def finish(self) -> dict:
         chosen = self.select()
         say(f"selected iteration {chosen['iteration']} (val {chosen['val_score']})", self.t0)
@@ -239,10 +250,17 @@ class Bench:
         reference = None
         if self.cfg.reference:
             ref_sid = pipeline.build_system("reference", self.cfg, self.data_dir, self.store)
-            say("training the reference system (not charged to the agent)", self.t0)
-            ref_key, ref = self.train(ref_sid, -1, budgeted=False)
-            grades["reference"] = self.grade(ref_sid, ref_key, ref["checkpoint"], "reference")
-            reference = {"snapshot": ref_sid, "train_key": ref_key, "checkpoint": ref["checkpoint"]}
+            if self.cfg.model.reference_hub_id:
+                say(f"fetching the reference model {self.cfg.model.reference_hub_id} (not trained)", self.t0)
+                ref = self._reference_model()
+                ref_key, checkpoint = ref["hash"], ref["base_dir"]
+            else:
+                say("training the reference system (not charged to the agent)", self.t0)
+                ref_key, trained = self.train(ref_sid, -1, budgeted=False)
+                checkpoint = trained["checkpoint"]
+            grades["reference"] = self.grade(ref_sid, ref_key, checkpoint, "reference")
+            reference = {"snapshot": ref_sid, "train_key": ref_key, "checkpoint": checkpoint,
+                         "model": self.cfg.model.reference_hub_id}  # fmt: skip
         result = self.rec.finish(self.cfg, self.run_id, self.data, self.model, self.history, chosen, grades,
                                  reference, self.ledger, self.store)  # fmt: skip
         self.rec.write_timings(time.monotonic() - self.t0, self.timings)
@@ -265,10 +283,25 @@ def _public(entry: dict) -> dict:
     return {k: entry[k] for k in keys}
 
 
+def check_gpu_settings(cfg: BenchConfig) -> None:
+    """GPU presets without a GPU given to the sandboxes fail here, before any work, naming the fix."""
+    engine_env(cfg.engine.name, cfg.engine.options, cfg.engine.fallback)  # checks the engine name
+    if cfg.sandbox.gpus:
+        return
+    if cfg.model.needs_gpu:
+        raise ValueError(f"model={cfg.model.name} needs a GPU (and a model hub): set sandbox.gpus=0 (or all), "
+                         "or use model=tiny / model=smollm2 on a CPU")  # fmt: skip
+    ds = cfg.trainer.deepspeed
+    if ds is not None and not ds.cpu:
+        raise ValueError(f"trainer={cfg.trainer.name} launches DeepSpeed on GPUs: set sandbox.gpus=0 (or all), "
+                         "or trainer.deepspeed.cpu=true for slow CPU ranks, or trainer=sft")  # fmt: skip
+
+
 def run_bench(cfg: BenchConfig) -> dict:
     """Run one bench as a Prefect flow run; returns result.json's content."""
     name = default_run_id(cfg) if cfg.run_id is None else cfg.run_id
     check_budget(cfg.budget.unit, cfg.sandbox.gpus)  # a budget that cannot be metered fails first
+    check_gpu_settings(cfg)
     make_agent(cfg.agent)  # a misconfigured agent (no endpoint, CLI not installed) fails before any work
     return bench_flow.with_options(flow_run_name=name)(cfg)
 

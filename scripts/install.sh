@@ -21,7 +21,7 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 echo "[install] torch (${TORCH_SPEC:-torch==2.13.0})"
 .venv/bin/python -m pip install -q "${TORCH_SPEC:-torch==2.13.0}"
-EXTRAS="dev,docker"
+EXTRAS="dev,docker,deepspeed"
 if command -v nvidia-smi >/dev/null 2>&1; then
   EXTRAS="$EXTRAS,gpu"   # an NVIDIA driver: nvidia-ml-py meters GPU-seconds (sandbox.gpus)
 fi

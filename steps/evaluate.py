@@ -11,8 +11,9 @@ from pathlib import Path
 
 from steps.common import step
 from vtb import pipeline, runner
-from vtb.config import SandboxConfig, TaskConfig
+from vtb.config import EngineConfig, SandboxConfig, TaskConfig
 from vtb.domains import get_domain
+from vtb.engine.select import engine_env
 
 
 @step("play", retries=2)
@@ -28,6 +29,7 @@ def play_step(
     cpu_seconds: float | None,
     null_model: bool = False,
     gpu_seconds: float | None = None,
+    engine_cfg: EngineConfig | None = None,
 ) -> dict:
     domain = get_domain(task_cfg.name)
     sandbox = pipeline.sandbox_for(sandbox_cfg)
@@ -41,6 +43,7 @@ def play_step(
         round_timeout_s=task_cfg.round_timeout_s,
         per_episode_timeout_s=task_cfg.per_episode_timeout_s,
         null_model=null_model,
+        env=engine_env(engine_cfg.name, engine_cfg.options, engine_cfg.fallback) if engine_cfg else None,
     )
     rewards = {ep.id: ep.reward() for ep in episodes}
     return {
@@ -59,6 +62,7 @@ def play_step(
         "garbage": outcome.garbage,
         "denials": outcome.denials[:50],
         "stderr_tail": outcome.stderr_tail,
+        "engine": outcome.engine,
         # Files the domain's own tooling reads (SWE-bench: per-instance report.json, the run report)
         "artifacts": domain.artifacts(episodes) if hasattr(domain, "artifacts") else {},
     }

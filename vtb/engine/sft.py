@@ -112,7 +112,7 @@ def train(
     out_dir: str | Path,
     progress: Callable[[str], None] = print,
     before_merge: Callable[[torch.nn.Module], None] | None = None,
-) -> dict:
+) -> dict | None:
     """Fine-tune base_dir on data_path and save a full model to out_dir; returns the train summary.
 
     `before_merge` (tests) sees the trained model before LoRA adapters are merged.
@@ -122,6 +122,14 @@ def train(
     started = time.time()
     _set_threads()
     hf_logging.disable_progress_bar()  # tqdm bars would flood the step log
+    if cfg["deepspeed"] is not None:
+        if "WORLD_SIZE" not in os.environ:
+            raise ConfigError(
+                "the config has a deepspeed block: launch with python -m vtb.engine.ds_launch -- ..."
+            )
+        from vtb.engine.sft_deepspeed import train_deepspeed
+
+        return train_deepspeed(cfg, Path(data_path), base_dir, out_dir, progress)
     torch.manual_seed(cfg["seed"])
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
     model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
@@ -214,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", type=Path, required=True, help="base model directory")
     parser.add_argument("--out", type=Path, required=True, help="checkpoint directory to write")
     parser.add_argument("--seed", type=int, default=None, help="overrides the config's seed")
+    parser.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)  # launchers add it
     args = parser.parse_args(argv)
     try:
         config = json.loads(args.config.read_text())
@@ -225,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ValueError, json.JSONDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(json.dumps({k: v for k, v in summary.items() if k != "config"}), flush=True)
+    if summary is not None:  # None on DeepSpeed ranks other than 0
+        print(json.dumps({k: v for k, v in summary.items() if k != "config"}), flush=True)
     return 0
 
 

@@ -20,7 +20,16 @@ DEFAULTS: dict = {
     "max_length": 256,
     "seed": 0,
     "lora": {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": None},
+    "deepspeed": None,  # or {"stage": 2|3, "gpus": N, "precision": ..., "offload_optimizer": ...}
 }
+DEEPSPEED_DEFAULTS: dict = {
+    "stage": 2,
+    "gpus": 1,
+    "precision": "bf16",
+    "offload_optimizer": False,
+    "cpu": False,
+}
+PRECISIONS = ("bf16", "fp16", "fp32")
 METHODS = ("full", "lora")
 SCHEDULES = ("constant", "linear", "cosine")
 
@@ -49,12 +58,14 @@ def resolve_config(config: dict | None) -> dict:
     config = dict(config or {})
     _check_keys(config, DEFAULTS, "trainer config")
     cfg = copy.deepcopy(DEFAULTS)
+    deepspeed = config.pop("deepspeed", None)
     lora = config.pop("lora", None) or {}
     if not isinstance(lora, dict):
         raise ConfigError(f"lora must be an object with keys {', '.join(sorted(DEFAULTS['lora']))}")
     _check_keys(lora, DEFAULTS["lora"], "lora")
     cfg.update(config)
     cfg["lora"].update(lora)
+    cfg["deepspeed"] = _deepspeed(deepspeed)
     if cfg["method"] not in METHODS:
         raise ConfigError(f"method must be one of {', '.join(METHODS)}, got {cfg['method']!r}")
     if cfg["lr_schedule"] not in SCHEDULES:
@@ -77,3 +88,23 @@ def resolve_config(config: dict | None) -> dict:
     if targets is not None and not (isinstance(targets, list) and all(isinstance(t, str) for t in targets)):
         raise ConfigError(f"lora.target_modules must be null or a list of module names, got {targets!r}")
     return cfg
+
+
+def _deepspeed(given: dict | None) -> dict | None:
+    if given is None:
+        return None
+    if not isinstance(given, dict):
+        raise ConfigError(f"deepspeed must be null or an object with keys {', '.join(DEEPSPEED_DEFAULTS)}")
+    _check_keys(given, DEEPSPEED_DEFAULTS, "deepspeed")
+    ds = {**DEEPSPEED_DEFAULTS, **given}
+    if ds["stage"] not in (2, 3):
+        raise ConfigError(f"deepspeed.stage must be 2 or 3 (ZeRO-2 or ZeRO-3), got {ds['stage']!r}")
+    _number(ds, "gpus", int, 1)
+    if ds["precision"] not in PRECISIONS:
+        raise ConfigError(
+            f"deepspeed.precision must be one of {', '.join(PRECISIONS)}, got {ds['precision']!r}"
+        )
+    for key in ("offload_optimizer", "cpu"):
+        if not isinstance(ds[key], bool):
+            raise ConfigError(f"deepspeed.{key} must be true or false, got {ds[key]!r}")
+    return ds

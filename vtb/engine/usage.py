@@ -18,6 +18,7 @@ class BudgetExhausted(RuntimeError):
 
 
 _totals = {"flops": 0.0, "train_tokens": 0, "infer_tokens": 0}
+_meta: dict = {}  # facts about the run for the record (e.g. which engine generated), not charges
 
 
 def train_flops(n_params: int, tokens: int) -> float:
@@ -43,10 +44,20 @@ def charge(flops: float, *, train_tokens: int = 0, infer_tokens: int = 0) -> Non
     _totals["flops"] += flops
     _totals["train_tokens"] += train_tokens
     _totals["infer_tokens"] += infer_tokens
+    _write()
+
+
+def note(**facts: str) -> None:
+    """Record facts next to the totals (e.g. engine="vllm"); the orchestrator keeps them."""
+    _meta.update(facts)
+    _write()
+
+
+def _write() -> None:
     path = os.environ.get("VTB_USAGE_FILE")
     if path:
         tmp = Path(path + ".tmp")
-        tmp.write_text(json.dumps(_totals))
+        tmp.write_text(json.dumps({**_meta, **_totals}))
         os.replace(tmp, path)
 
 

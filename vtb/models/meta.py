@@ -28,3 +28,20 @@ def write_model_info(out_dir: Path, **info: object) -> dict:
 def read_model_info(model_dir: Path) -> dict:
     path = Path(model_dir) / INFO_FILE
     return json.loads(path.read_text()) if path.exists() else {}
+
+
+def n_params_of(model_dir: Path) -> int:
+    """`count_params` of the model in model_dir without loading its weights.
+
+    From the sidecar when there is one; otherwise the model is built on the meta device
+    (shapes only), so a hub checkpoint's count matches what the transformers engine counts.
+    """
+    info = read_model_info(model_dir)
+    if info.get("n_params"):
+        return int(info["n_params"])
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(model_dir)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return count_params(model)

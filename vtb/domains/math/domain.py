@@ -147,4 +147,8 @@ def trainer_dict(trainer: TrainerConfig) -> dict:
             "dropout": trainer.lora.dropout,
             "target_modules": trainer.lora.target_modules,
         }
+    if trainer.deepspeed is not None:
+        from dataclasses import asdict
+
+        out["deepspeed"] = asdict(trainer.deepspeed)
     return out

@@ -16,7 +16,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from vtb.engine.infer import Engine
+from vtb.engine.select import open_engine
 from vtb.protocol import serve
 
 CONFIG = json.loads((Path(__file__).parent / "config.json").read_text())
@@ -56,7 +56,7 @@ def final_answer(text: str) -> str:
     return numbers[-1] if numbers else ""
 
 
-def solve(engine: Engine, prompts: list[str], temperature: float, seed: int) -> list[str]:
+def solve(engine, prompts: list[str], temperature: float, seed: int) -> list[str]:
     texts = [""] * len(prompts)
     active = list(range(len(prompts)))
     budget = CONFIG["max_new_tokens"]
@@ -87,7 +87,7 @@ def solve(engine: Engine, prompts: list[str], temperature: float, seed: int) -> 
 
 
 def main() -> None:
-    engine = Engine(os.environ["VTB_MODEL_DIR"])
+    engine = open_engine(os.environ["VTB_MODEL_DIR"])
 
     def policy(batch: list[dict]) -> list[dict]:
         prompts = [CONFIG["prompt"].format(question=m["observation"]["question"]) for m in batch]

@@ -8,14 +8,14 @@ import json
 import os
 from pathlib import Path
 
-from vtb.engine.infer import Engine
+from vtb.engine.select import open_engine
 from vtb.protocol import serve
 
 CONFIG = json.loads((Path(__file__).parent / "config.json").read_text())
 
 
 def main() -> None:
-    engine = Engine(os.environ["VTB_MODEL_DIR"])
+    engine = open_engine(os.environ["VTB_MODEL_DIR"])
 
     def policy(batch: list[dict]) -> list[dict]:
         prompts = [CONFIG["prompt"].format(question=m["observation"]["question"]) for m in batch]

@@ -10,14 +10,14 @@ import os
 from pathlib import Path
 
 from vtb.domains.swe import prompting
-from vtb.engine.infer import Engine
+from vtb.engine.select import open_engine
 from vtb.protocol import serve
 
 CONFIG = json.loads((Path(__file__).parent / "config.json").read_text())
 
 
 def main() -> None:
-    engine = Engine(os.environ["VTB_MODEL_DIR"])
+    engine = open_engine(os.environ["VTB_MODEL_DIR"])
 
     def policy(batch: list[dict]) -> list[dict]:
         asked = {i: found for i, m in enumerate(batch) if (found := prompting.task_prompt(m["observation"]))}

@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 
 from vtb.domains.tau import prompting
-from vtb.engine.infer import Engine
+from vtb.engine.select import open_engine
 from vtb.protocol import serve
 
 CONFIG = json.loads((Path(__file__).parent / "config.json").read_text())
@@ -185,7 +185,7 @@ def repair(text: str, messages: list[dict], spaced: bool) -> dict | None:
 
 
 def main() -> None:
-    engine = Engine(os.environ["VTB_MODEL_DIR"])
+    engine = open_engine(os.environ["VTB_MODEL_DIR"])
 
     def policy(batch: list[dict]) -> list[dict]:
         for m in batch:

@@ -1,0 +1,73 @@
+"""Which inference engine a harness gets: `open_engine(model_dir)`.
+
+The run's `engine` config reaches the harness process as environment variables (set by the
+orchestrator, see `engine_env`): VTB_ENGINE (transformers | vllm), VTB_ENGINE_OPTIONS (JSON,
+vLLM's options) and VTB_ENGINE_FALLBACK. With engine=vllm and no CUDA GPU or no `vllm`
+package, the harness gets the transformers engine instead (fallback on, the default) or an
+error that says so (fallback off). Either way the engine that actually ran is written to the
+usage file, so the run record says which engine produced each score.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from vtb.engine import usage
+
+ENGINES = ("transformers", "vllm")
+
+
+def engine_env(name: str, options: dict | None = None, fallback: bool = True) -> dict[str, str]:
+    """The environment that selects an engine inside a harness sandbox."""
+    if name not in ENGINES:
+        raise ValueError(f"engine={name!r} is not one of {', '.join(ENGINES)}; set engine=transformers")
+    return {
+        "VTB_ENGINE": name,
+        "VTB_ENGINE_OPTIONS": json.dumps(options or {}, sort_keys=True),
+        "VTB_ENGINE_FALLBACK": "1" if fallback else "0",
+    }
+
+
+def vllm_unavailable() -> str | None:
+    """Why vLLM cannot run here, or None when it can."""
+    try:
+        import vllm  # noqa: F401
+    except Exception as e:  # noqa: BLE001 (a broken install is as unusable as a missing one)
+        return f"the vllm package cannot be imported ({type(e).__name__}: {e}); pip install -e '.[vllm]'"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "no CUDA GPU is visible (set sandbox.gpus to pass one through)"
+    return None
+
+
+def open_engine(model_dir: str | Path, *, name: str | None = None, threads: int | None = None):
+    """The engine the run configured for model_dir (a VTB_NULL_MODEL grading run gets the null model)."""
+    from vtb.engine.infer import Engine
+
+    name = name or os.environ.get("VTB_ENGINE", "transformers")
+    if name not in ENGINES:
+        raise ValueError(f"VTB_ENGINE={name!r} is not one of {', '.join(ENGINES)}")
+    if os.environ.get("VTB_NULL_MODEL") == "1":
+        usage.note(engine="null", engine_fallback="")
+        return Engine(model_dir, threads=threads, null_model=True)
+    if name == "vllm":
+        reason = vllm_unavailable()
+        if reason is None:
+            from vtb.engine.vllm_engine import VLLMEngine
+
+            engine = VLLMEngine(model_dir, options=json.loads(os.environ.get("VTB_ENGINE_OPTIONS") or "{}"))
+            usage.note(engine="vllm", engine_fallback="")
+            return engine
+        if os.environ.get("VTB_ENGINE_FALLBACK", "1") != "1":
+            raise RuntimeError(f"engine=vllm cannot run: {reason}; or set engine.fallback=true")
+        print(
+            f"[engine] vllm unavailable: {reason}; using the transformers engine", file=sys.stderr, flush=True
+        )
+        usage.note(engine="transformers", engine_fallback=f"vllm: {reason}")
+        return Engine(model_dir, threads=threads)
+    usage.note(engine="transformers", engine_fallback="")
+    return Engine(model_dir, threads=threads)
