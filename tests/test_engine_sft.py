@@ -113,7 +113,9 @@ def test_lora_trains_only_adapters(base_dir, data, tmp_path):
 
 
 def test_unknown_config_key():
-    with pytest.raises(ConfigError, match=r"'learning_rate'.*allowed keys: batch_size, deepspeed, epochs, lora, lr"):
+    with pytest.raises(
+        ConfigError, match=r"'learning_rate'.*allowed keys: batch_size, deepspeed, epochs, lora, lr"
+    ):
         resolve_config({"learning_rate": 1e-3})
     with pytest.raises(ConfigError, match=r"unknown lora key 'rank'.*alpha, dropout, r, target_modules"):
         resolve_config({"method": "lora", "lora": {"rank": 4}})

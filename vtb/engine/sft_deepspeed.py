@@ -75,7 +75,9 @@ def train_deepspeed(
         # would compile at start (minutes on 2 cores, in every fresh sandbox); gloo does the work.
         import importlib
 
-        importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None  # (deepspeed.comm.torch is torch)
+        importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: (
+            None
+        )  # (deepspeed.comm.torch is torch)
     deepspeed.init_distributed(dist_backend=None, verbose=False)
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     if rank != 0:
