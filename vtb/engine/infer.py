@@ -33,6 +33,12 @@ class _Seq:
     done: bool = False
 
 
+def _device() -> torch.device:
+    """The GPU when the sandbox was given one (sandbox.gpus), else the CPU; VTB_DEVICE overrides."""
+    name = os.environ.get("VTB_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
 def _env_threads() -> int | None:
     value = os.environ.get("VTB_THREADS")
     return int(value) if value else None
@@ -59,7 +65,8 @@ class Engine:
             return
         hf_logging.disable_progress_bar()  # harness stderr is a log, not a terminal
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
-        self.model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
+        self.device = _device()
+        self.model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32).to(self.device)
         self.model.eval()
         self._n_params = count_params(self.model)
         config = self.model.config
@@ -154,7 +161,7 @@ class Engine:
             logits_to_keep=logits_to_keep,
             **{self._cache_kwarg: cache},
         )
-        return out.logits[:, -1, :]
+        return out.logits[:, -1, :].float().cpu()  # token choice runs on the CPU (seeded generators)
 
     def _decode_batch(self, prompt_ids, seqs, gens, max_new_tokens, temperature, top_p, stop) -> None:
         """Left-padded prefill, then one token per step for the sequences still running."""
@@ -165,6 +172,7 @@ class Engine:
             ids[row, width - len(p) :] = torch.tensor(p, dtype=torch.long)
             mask[row, width - len(p) :] = 1
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        ids, mask, positions = ids.to(self.device), mask.to(self.device), positions.to(self.device)
         cache = DynamicCache(config=self.model.config)
         logits = self._forward(ids, mask, positions, cache)
         next_pos = mask.sum(-1)
@@ -185,13 +193,13 @@ class Engine:
             if not keep:
                 break
             if len(keep) < len(active):
-                index = torch.tensor(keep, dtype=torch.long)
+                index = torch.tensor(keep, dtype=torch.long, device=self.device)
                 cache.batch_select_indices(index)
                 mask, next_pos = mask[index], next_pos[index]
                 picked = [picked[k] for k in keep]
                 active = [active[k] for k in keep]
-            mask = torch.cat([mask, torch.ones((len(active), 1), dtype=torch.long)], dim=1)
-            step_ids = torch.tensor(picked, dtype=torch.long).unsqueeze(1)
+            mask = torch.cat([mask, torch.ones((len(active), 1), dtype=torch.long, device=self.device)], dim=1)
+            step_ids = torch.tensor(picked, dtype=torch.long, device=self.device).unsqueeze(1)
             logits = self._forward(step_ids, mask, next_pos.unsqueeze(1), cache)
             next_pos = next_pos + 1
 
