@@ -163,7 +163,9 @@ class Bench:
             "train_key": train_key,
             "checkpoint": trained["checkpoint"],
             "val_score": val["score"] if val else None,
-            "val": {k: val[k] for k in ("n", "answered", "crashes", "killed", "garbage", "charge")}
+            "val": {
+                k: val.get(k) for k in ("n", "answered", "crashes", "killed", "garbage", "charge", "engine")
+            }
             if val
             else None,
             "charge": {self.ledger.unit: self.ledger.used() - used_before},
@@ -219,7 +221,8 @@ class Bench:
         say(f"grading the {label} system on the hidden test split", self.t0)
         test = self.play(sid, train_key, checkpoint, "test", -1, budgeted=False)
         out = {"test_score": test["score"], "n": test["n"], "answered": test["answered"], "crashes": test["crashes"],
-               "denials": test["denials"], "samples": test["samples"], "metrics": test.get("metrics", {}), "inference_flops": test["charge"]["flops"]}  # fmt: skip
+               "denials": test["denials"], "samples": test["samples"], "metrics": test.get("metrics", {}), "inference_flops": test["charge"]["flops"],
+               "engine": test.get("engine", "")}  # fmt: skip
         for name, content in test.get("artifacts", {}).items():  # e.g. SWE-bench report.json files
             self.rec.write_artifact(f"grading/{label}/{name}", content)
         if self.cfg.null_model_check:
@@ -271,7 +274,7 @@ class Bench:
 def _agent_use(turn: dict | None) -> dict:
     """What the research agent's turn spent itself (its LLM tokens and cost) and why it ended."""
     if not turn:
-        return {"tokens": 0, "cost_usd": 0.0, "stopped": None}
+        return {"tokens": 0, "cost_usd": 0.0, "stopped": None, "egress_requests": 0}
     charge = turn["charge"]
     return {"tokens": charge.get("agent_tokens", 0), "cost_usd": round(charge.get("agent_cost_usd", 0.0), 6),
             "stopped": turn.get("stopped"), "egress_requests": len(turn.get("egress", []))}  # fmt: skip

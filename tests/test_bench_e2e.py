@@ -52,6 +52,10 @@ def test_run_record_is_complete(greedy_run):
     assert result == json.loads((run_dir / "result.json").read_text())
     for row in ("initial", "submitted", "reference"):  # the fixture's run grades a reference system
         assert 0.0 <= result[row]["test_score"] <= 1.0
+    grading = json.loads((run_dir / "grading.json").read_text())
+    assert grading["submitted"]["engine"] == "transformers"  # the engine each grade ran on is recorded
+    iteration = json.loads((run_dir / "iterations/00.json").read_text())
+    assert iteration["val"]["engine"] == "transformers"
     assert (
         result["budget"]["unit"] == "flops"
         and 0 < result["budget"]["used"] <= result["budget"]["limit"] * 1.01

@@ -33,7 +33,7 @@ from pathlib import Path
 from vtb.sandbox.base import USAGE_FILE, Limits, Mount, SandboxResult, SandboxStartError
 from vtb.sandbox.bwrap import check_mount
 from vtb.sandbox.gpu import GpuMeter, NvmlReader, default_reader, parse_gpus
-from vtb.sandbox.monitor import POLL_S, _flops, read_usage, run_to_end
+from vtb.sandbox.monitor import POLL_S, _flops, read_usage, run_to_end, wait_or_kill
 from vtb.sandbox.output import StderrCollector
 from vtb.sandbox.runtime import masked_paths, runtime_mounts, sandbox_env
 
@@ -361,9 +361,7 @@ class DockerProcess:
         return self._returncode if self._done.is_set() else None
 
     def wait(self, timeout: float | None = None) -> SandboxResult:
-        if not self._done.wait(timeout):
-            self.kill("wall")
-            self._done.wait()
+        wait_or_kill(self._done, self.kill, timeout)
         return self._finish()
 
     def kill(self, reason: str = "closed") -> None:

@@ -108,9 +108,7 @@ class MonitoredProcess:
 
     def wait(self, timeout: float | None = None) -> SandboxResult:
         """Wait for the end; past `timeout` the tree is killed with killed="wall"."""
-        if not self._done.wait(timeout):
-            self.kill("wall")
-            self._done.wait()
+        wait_or_kill(self._done, self.kill, timeout)
         return self._finish()
 
     def kill(self, reason: str = "closed") -> None:
@@ -230,6 +228,17 @@ class MonitoredProcess:
                     gpu_busy_seconds=self._gpu.busy_seconds if self._gpu is not None else 0.0,
                 )
             return self._result
+
+
+def wait_or_kill(done: threading.Event, kill, timeout: float | None) -> None:
+    """Wait until `done` is set (the monitor reaped the process); past `timeout`, kill("wall") first.
+
+    Shared by every backend's `SandboxProcess.wait`: the kill goes through the backend, the
+    result is read only after the monitor has finished with the process.
+    """
+    if not done.wait(timeout):
+        kill("wall")
+        done.wait()
 
 
 def run_to_end(proc: MonitoredProcess, input: str | None, max_stdout_chars: int) -> SandboxResult:
