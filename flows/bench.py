@@ -28,7 +28,7 @@ from steps import agent_turn_step, bind, play_step, provision_data_step, provisi
 from vtb import pipeline, record  # noqa: E402
 from vtb.agents import Feedback, make_agent  # noqa: E402
 from vtb.agents.prompt import template_digest  # noqa: E402
-from vtb.config import BenchConfig  # noqa: E402
+from vtb.config import BenchConfig, ModelConfig  # noqa: E402
 from vtb.engine.select import engine_env  # noqa: E402
 from vtb.hashing import code_version, hash_json  # noqa: E402
 from vtb.ledger import Charge, Ledger, StepLimits, check_budget  # noqa: E402
@@ -234,8 +234,7 @@ class Bench:
     def _reference_model(self) -> dict:
         """The preset's released instruct model, provisioned like a base model (its harness: the domain's reference)."""
         cfg = self.cfg
-        model = replace(cfg.model, name=f"{cfg.model.name}-reference", hub_id=cfg.model.reference_hub_id,
-                        reference_hub_id=None)  # fmt: skip
+        model = reference_model_config(cfg.model)
         key = hash_json(["model", asdict(model), self.data["hashes"], code_version(*pipeline.MODEL_CODE)])
         return self._call("model", key=key, model_cfg=model, task_cfg=cfg.task, data_dir=self.data["data_dir"],
                           cache=str(self.cache), sandbox_cfg=cfg.sandbox)  # fmt: skip
@@ -284,6 +283,12 @@ def _public(entry: dict) -> dict:
     """What the research agent may see of a past iteration."""
     keys = ("iteration", "snapshot", "edits", "notes", "val_score", "charge")
     return {k: entry[k] for k in keys}
+
+
+def reference_model_config(model: ModelConfig) -> ModelConfig:
+    """The model config that provisions a preset's reference instruct model (from the hub, or a local dir)."""
+    return replace(model, name=f"{model.name}-reference", kind="hub", hub_id=model.reference_hub_id,
+                   reference_hub_id=None)  # fmt: skip
 
 
 def check_gpu_settings(cfg: BenchConfig) -> None:

@@ -77,3 +77,44 @@ def test_the_h100_preset_budgets_gpu_seconds_and_composes_with_sandbox_gpus() ->
     for sandbox in ("bwrap", "docker"):
         cfg = to_config(_compose("budget=h100_10h", f"sandbox={sandbox}", 'sandbox.gpus="0,1"'))
         assert (cfg.budget.unit, cfg.budget.limit, cfg.sandbox.gpus) == ("gpu_seconds", 36000, "0,1")
+
+
+def test_gpu_presets_fail_before_any_work_without_a_gpu():
+    from flows.bench import check_gpu_settings
+
+    for overrides, match in [(["model=qwen3_1p7b"], "needs a GPU"), (["model=smollm3_3b"], "needs a GPU"),
+                             (["trainer=deepspeed_zero2"], "launches DeepSpeed"),
+                             (["trainer=deepspeed_zero3"], "launches DeepSpeed")]:  # fmt: skip
+        cfg = to_config(_compose(*overrides))
+        with pytest.raises(ValueError, match=match):
+            check_gpu_settings(cfg)
+        check_gpu_settings(to_config(_compose(*overrides, "sandbox.gpus=0")))  # with a GPU: fine
+    check_gpu_settings(to_config(_compose("trainer=deepspeed_zero2", "trainer.deepspeed.cpu=true")))
+    check_gpu_settings(to_config(_compose("engine=vllm")))  # falls back to transformers on a CPU
+    with pytest.raises(ValueError, match="engine='vlm'"):
+        check_gpu_settings(to_config(_compose("engine=vllm", "engine.name=vlm")))
+
+
+def test_instruct_reference_presets_provision_from_the_hub_or_a_local_dir(tmp_path):
+    from flows.bench import reference_model_config
+    from vtb import pipeline
+    from vtb.config import SandboxConfig, TaskConfig
+    from vtb.models.toy import build_toy_model
+
+    cfg = to_config(_compose("model=qwen3_1p7b"))
+    ref = reference_model_config(cfg.model)
+    assert (ref.kind, ref.hub_id, ref.reference_hub_id) == ("hub", "Qwen/Qwen3-1.7B", None)
+    assert ref.name == "qwen3_1p7b-reference" and cfg.model.hub_id == "Qwen/Qwen3-1.7B-Base"
+    # offline, a local model directory stands in for the hub id
+    local = build_toy_model(tmp_path / "instruct", steps=2, n_texts=50, progress=lambda s: None,
+                            n_layer=1, n_embd=32, n_head=2, n_positions=64)  # fmt: skip
+    tiny = to_config(_compose("model=tiny")).model
+    tiny.reference_hub_id = str(local)
+    out = pipeline.provision_model(reference_model_config(tiny), TaskConfig(), tmp_path, tmp_path / "ref",
+                                   SandboxConfig(), lambda s: None)  # fmt: skip
+    from transformers import AutoModelForCausalLM
+
+    from vtb.models.meta import count_params, read_model_info
+
+    assert read_model_info(tmp_path / "ref")["hub_id"] == str(local)
+    assert out["n_params"] == count_params(AutoModelForCausalLM.from_pretrained(local))
