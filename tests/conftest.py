@@ -172,3 +172,13 @@ def web():
     for srv in servers:
         srv.shutdown()
         srv.server_close()
+
+
+@pytest.fixture(scope="session")
+def toy_model_dir(tmp_path_factory):
+    """A small GPT-2 that writes GSM8K-style calculator answers (built once per test session; read-only)."""
+    from vtb.models.toy import build_toy_model
+
+    out = tmp_path_factory.mktemp("toy") / "model"
+    return build_toy_model(out, steps=40, n_texts=300, batch_size=16, lr=5e-3, progress=lambda s: None,
+                           n_layer=2, n_embd=64, n_head=2, n_positions=128)  # fmt: skip

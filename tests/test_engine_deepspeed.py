@@ -96,14 +96,15 @@ def base_dir(tmp_path_factory):
     )
 
 
-def _candidate(tmp_path: Path, trainer: dict) -> Path:
+def write_candidate(tmp_path: Path, trainer: dict, n_rows: int = 48) -> Path:
+    """A candidate with toy SFT rows and the given trainer config (also used by tests/gpu)."""
     import random
 
     cand = tmp_path / "cand"
     (cand / "data").mkdir(parents=True)
     (cand / "trainer").mkdir()
     rng = random.Random(0)
-    rows = [toy_example(rng) for _ in range(48)]
+    rows = [toy_example(rng) for _ in range(n_rows)]
     (cand / "data" / "train.jsonl").write_text(
         "".join(json.dumps({"prompt": f"Q: {q}\nA:", "completion": " " + a}) + "\n" for q, a in rows)
     )
@@ -112,7 +113,7 @@ def _candidate(tmp_path: Path, trainer: dict) -> Path:
 
 
 def test_a_deepspeed_trainer_without_a_gpu_fails_with_the_fix(base_dir, tmp_path):
-    cand = _candidate(tmp_path, {"batch_size": 8, "deepspeed": {"stage": 2, "gpus": 1}})
+    cand = write_candidate(tmp_path, {"batch_size": 8, "deepspeed": {"stage": 2, "gpus": 1}})
     out = runner.train(
         sandbox_backend("bwrap"),
         cand,
@@ -131,7 +132,7 @@ def test_deepspeed_zero_trains_on_two_ranks_in_the_sandbox(base_dir, tmp_path, s
     pytest.importorskip("deepspeed", reason="pip install -e '.[deepspeed]' (scripts/install.sh does)")
     trainer = {"method": method, "lr": 5e-3, "epochs": 1, "batch_size": 8,
                "deepspeed": {"stage": stage, "gpus": 2, "precision": "fp32", "cpu": True}}  # fmt: skip
-    cand = _candidate(tmp_path, trainer)
+    cand = write_candidate(tmp_path, trainer)
     out = runner.train(sandbox_backend("bwrap"), cand, base_dir, tmp_path / "out", seed=0,
                        limits=Limits(wall_seconds=600, cpu_seconds=1200))  # fmt: skip
     assert out.ok, out.log[-3000:]

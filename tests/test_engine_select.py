@@ -19,17 +19,12 @@ from vtb.engine.infer import Engine
 from vtb.engine.select import engine_env, open_engine, vllm_unavailable
 from vtb.engine.vllm_engine import VLLMEngine, llm_kwargs, sampling_kwargs
 from vtb.models.meta import n_params_of
-from vtb.models.toy import build_toy_model, toy_example
-
-SHAPE = {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 128}
+from vtb.models.toy import toy_example
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("toy") / "model"
-    return build_toy_model(
-        out, steps=40, n_texts=300, batch_size=16, lr=5e-3, progress=lambda s: None, **SHAPE
-    )
+def model_dir(toy_model_dir):
+    return toy_model_dir
 
 
 class FakeLLM:

@@ -7,7 +7,6 @@ VTB_TEST_GPU picks the GPU index (default 0).
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import time
 import pytest
 
 from tests.conftest import sandbox_backend
+from tests.test_engine_deepspeed import write_candidate
 from vtb import runner
 from vtb.models.toy import build_toy_model, toy_example
 from vtb.sandbox.base import Limits
@@ -111,18 +111,13 @@ def test_vllm_engine_matches_the_transformers_engine_on_the_gpu(model_dir):
 
 def test_deepspeed_zero2_trains_on_the_gpu_in_the_sandbox(model_dir, tmp_path):
     _need("deepspeed")
-    cand = tmp_path / "cand"
-    (cand / "data").mkdir(parents=True)
-    (cand / "trainer").mkdir()
-    import random
-
-    rng = random.Random(0)
-    rows = [toy_example(rng) for _ in range(256)]
-    (cand / "data" / "train.jsonl").write_text(
-        "".join(json.dumps({"prompt": f"Q: {q}\nA:", "completion": " " + a}) + "\n" for q, a in rows)
-    )
-    (cand / "trainer" / "config.json").write_text(json.dumps({"lr": 3e-3, "epochs": 1, "batch_size": 32,
-                                                              "deepspeed": {"stage": 2, "gpus": 1, "precision": "bf16"}}))  # fmt: skip
+    trainer = {
+        "lr": 3e-3,
+        "epochs": 1,
+        "batch_size": 32,
+        "deepspeed": {"stage": 2, "gpus": 1, "precision": "bf16"},
+    }
+    cand = write_candidate(tmp_path, trainer, n_rows=256)
     sandbox = sandbox_backend("bwrap", threads=4, gpus=GPU)
     out = runner.train(
         sandbox, cand, model_dir, tmp_path / "out", seed=0, limits=Limits(wall_seconds=300, cpu_seconds=1200)

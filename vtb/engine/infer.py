@@ -124,12 +124,7 @@ class Engine:
             return [""] * len(prompts)
         stop = stop_list(stop)
         encoded = self.encode(prompts, max_new_tokens)
-        bound = sum(len(ids) for ids in encoded) + len(prompts) * max_new_tokens
-        if usage.would_exceed(usage.infer_flops(self._n_params, bound)):
-            raise usage.BudgetExhausted(
-                f"generating up to {bound} tokens would exceed VTB_MAX_FLOPS={usage.max_flops():.3g} "
-                f"(used {usage.totals()['flops']:.3g})"
-            )
+        check_budget(self._n_params, encoded, max_new_tokens)
         generators = make_generators(sequence_seeds(prompts, seed)) if temperature > 0 else None
         order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
         results: list[str] = [""] * len(prompts)
@@ -198,7 +193,9 @@ class Engine:
                 mask, next_pos = mask[index], next_pos[index]
                 picked = [picked[k] for k in keep]
                 active = [active[k] for k in keep]
-            mask = torch.cat([mask, torch.ones((len(active), 1), dtype=torch.long, device=self.device)], dim=1)
+            mask = torch.cat(
+                [mask, torch.ones((len(active), 1), dtype=torch.long, device=self.device)], dim=1
+            )
             step_ids = torch.tensor(picked, dtype=torch.long, device=self.device).unsqueeze(1)
             logits = self._forward(step_ids, mask, next_pos.unsqueeze(1), cache)
             next_pos = next_pos + 1
@@ -212,6 +209,16 @@ class Engine:
         for seq, text in zip(need, texts, strict=True):
             seq.text, hit = cut_at_stop(text, stop)
             seq.done = seq.done or hit
+
+
+def check_budget(n_params: int, encoded: list[list[int]], max_new_tokens: int) -> None:
+    """Raise BudgetExhausted before a call that could pass $VTB_MAX_FLOPS (prompts + every new token)."""
+    bound = sum(len(ids) for ids in encoded) + len(encoded) * max_new_tokens
+    if usage.would_exceed(usage.infer_flops(n_params, bound)):
+        raise usage.BudgetExhausted(
+            f"generating up to {bound} tokens would exceed VTB_MAX_FLOPS={usage.max_flops():.3g} "
+            f"(used {usage.totals()['flops']:.3g})"
+        )
 
 
 def decodes_spaced(tokenizer) -> bool:

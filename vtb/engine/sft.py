@@ -22,6 +22,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -60,6 +61,65 @@ def lr_factor(step: int, total: int, warmup: int, schedule: str) -> float:
     if schedule == "cosine":
         return 0.5 * (1.0 + math.cos(math.pi * progress))
     return 1.0
+
+
+@dataclass
+class Tally:
+    """A training loop's running totals: the budget check before a step, progress lines, the summary.
+
+    Shared by the single-process trainer and the DeepSpeed ranks, so both stop at the budget
+    and report the same way.
+    """
+
+    total: int  # planned optimiser steps
+    progress: Callable[[str], None]
+    steps: int = 0
+    tokens: int = 0
+    flops: float = 0.0
+    losses: list[float] = field(default_factory=list)
+    stopped_early: str | None = None
+    _window_tokens: int = 0
+    _window_start: float = field(default_factory=time.time)
+
+    def can_afford(self, step_flops: float) -> bool:
+        """False (and stopped_early="budget") when the next step would pass $VTB_MAX_FLOPS."""
+        if usage.would_exceed(step_flops):
+            self.stopped_early = "budget"
+            self.progress(
+                f"stopping before step {self.steps + 1}: it would pass VTB_MAX_FLOPS={usage.max_flops():.3g}"
+            )
+            return False
+        return True
+
+    def lr(self, cfg: dict) -> float:
+        """The learning rate of the next step."""
+        return cfg["lr"] * lr_factor(self.steps, self.total, cfg["warmup_steps"], cfg["lr_schedule"])
+
+    def add(self, loss: float, n_tokens: int, step_flops: float) -> None:
+        """Count a step taken (its FLOPs are charged here) and print progress every PROGRESS_EVERY steps."""
+        usage.charge(step_flops, train_tokens=n_tokens)
+        self.steps, self.tokens, self.flops = self.steps + 1, self.tokens + n_tokens, self.flops + step_flops
+        self.losses.append(loss)
+        self._window_tokens += n_tokens
+        if self.steps % PROGRESS_EVERY == 0 or self.steps == self.total:
+            recent = self.losses[-PROGRESS_EVERY:]
+            rate = self._window_tokens / max(1e-9, time.time() - self._window_start)
+            self.progress(
+                f"step {self.steps}/{self.total} loss {sum(recent) / len(recent):.4f} {rate:.0f} tokens/s"
+            )
+            self._window_tokens, self._window_start = 0, time.time()
+
+    def summary(self) -> dict:
+        tail = self.losses[-PROGRESS_EVERY:]
+        return {
+            "steps": self.steps,
+            "planned_steps": self.total,
+            "tokens": self.tokens,
+            "flops": self.flops,
+            "first_loss": self.losses[0] if self.losses else None,
+            "final_loss": sum(tail) / len(tail) if tail else None,
+            "stopped_early": self.stopped_early,
+        }
 
 
 def lora_targets(model: torch.nn.Module) -> list[str]:
@@ -147,52 +207,33 @@ def train(
         f"sft {cfg['method']}: {len(examples)} rows, {total} steps, batch {cfg['batch_size']}, "
         f"{n_params} params ({sum(p.numel() for p in trainable)} trainable)"
     )
-    steps = tokens = 0
-    flops, losses, stopped_early = 0.0, [], None
-    window_tokens, window_start = 0, time.time()
+    tally = Tally(total, progress)
     for batch in epoch_order(len(examples), cfg["batch_size"], cfg["epochs"], cfg["seed"]):
-        if steps >= total:
+        if tally.steps >= total:
             break
         ids, mask, labels = batch_tensors([examples[i] for i in batch], pad_id)
         n_tokens = int(mask.sum())
         step_flops = usage.train_flops(n_params, n_tokens)
-        if usage.would_exceed(step_flops):
-            stopped_early = "budget"
-            progress(f"stopping before step {steps + 1}: it would pass VTB_MAX_FLOPS={usage.max_flops():.3g}")
+        if not tally.can_afford(step_flops):
             break
         for group in optimizer.param_groups:
-            group["lr"] = cfg["lr"] * lr_factor(steps, total, cfg["warmup_steps"], cfg["lr_schedule"])
+            group["lr"] = tally.lr(cfg)
         loss = completion_loss(model, ids, mask, labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, CLIP_NORM)
         optimizer.step()
-        usage.charge(step_flops, train_tokens=n_tokens)
-        steps, tokens, flops = steps + 1, tokens + n_tokens, flops + step_flops
-        losses.append(loss.item())
-        window_tokens += n_tokens
-        if steps % PROGRESS_EVERY == 0 or steps == total:
-            recent = losses[-PROGRESS_EVERY:]
-            rate = window_tokens / max(1e-9, time.time() - window_start)
-            progress(f"step {steps}/{total} loss {sum(recent) / len(recent):.4f} {rate:.0f} tokens/s")
-            window_tokens, window_start = 0, time.time()
+        tally.add(loss.item(), n_tokens, step_flops)
     model.eval()
     if before_merge is not None:
         before_merge(model)
     if cfg["method"] == "lora":
         model = model.merge_and_unload()
-    tail = losses[-PROGRESS_EVERY:]
     summary = {
         "method": cfg["method"],
-        "steps": steps,
-        "planned_steps": total,
+        **tally.summary(),
         "rows": len(examples),
-        "tokens": tokens,
-        "flops": flops,
         "n_params": n_params,
-        "first_loss": losses[0] if losses else None,
-        "final_loss": sum(tail) / len(tail) if tail else None,
-        "stopped_early": stopped_early,
         "seed": cfg["seed"],
         "wall_seconds": round(time.time() - started, 3),
         "config": cfg,

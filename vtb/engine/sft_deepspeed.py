@@ -65,7 +65,7 @@ def train_deepspeed(
     """Train on this rank; rank 0 saves and returns the summary, the others return None."""
     import deepspeed
 
-    from vtb.engine.sft import PROGRESS_EVERY, _save, add_lora, completion_loss, lr_factor
+    from vtb.engine.sft import Tally, _save, add_lora, completion_loss
     from vtb.engine.sft_data import batch_tensors, encode_rows, epoch_order, load_rows
     from vtb.models.meta import count_params
 
@@ -95,7 +95,6 @@ def train_deepspeed(
     engine, optimizer, _, _ = deepspeed.initialize(
         model=model, model_parameters=trainable, config=ds_config(cfg, world)
     )
-    device = engine.device
     batches = [
         b
         for b in epoch_order(len(examples), cfg["batch_size"], cfg["epochs"], cfg["seed"])
@@ -108,33 +107,20 @@ def train_deepspeed(
         f"sft {cfg['method']} deepspeed ZeRO-{ds['stage']} on {world} rank(s) ({ds['precision']}): "
         f"{len(examples)} rows, {total} steps, batch {cfg['batch_size']}, {n_params} params"
     )
-    steps = tokens = 0
-    flops, losses, stopped_early = 0.0, [], None
-    window_tokens, window_start = 0, time.time()
+    tally = Tally(total, progress)
     for batch in batches[:total]:
         n_tokens = int(batch_tensors([examples[i] for i in batch], pad_id)[1].sum())  # the global batch
         step_flops = usage.train_flops(n_params, n_tokens)
-        if usage.would_exceed(step_flops):  # the same answer on every rank: they stop together
-            stopped_early = "budget"
-            progress(f"stopping before step {steps + 1}: it would pass VTB_MAX_FLOPS={usage.max_flops():.3g}")
+        if not tally.can_afford(step_flops):  # the same answer on every rank: they stop together
             break
         for group in optimizer.param_groups:
-            group["lr"] = cfg["lr"] * lr_factor(steps, total, cfg["warmup_steps"], cfg["lr_schedule"])
-        ids, mask, labels = (
-            t.to(device) for t in batch_tensors([examples[i] for i in rank_rows(batch, rank, world)], pad_id)
-        )
+            group["lr"] = tally.lr(cfg)
+        rows = [examples[i] for i in rank_rows(batch, rank, world)]
+        ids, mask, labels = (t.to(engine.device) for t in batch_tensors(rows, pad_id))
         loss = completion_loss(engine, ids, mask, labels)
         engine.backward(loss)
         engine.step()
-        usage.charge(step_flops, train_tokens=n_tokens)
-        steps, tokens, flops = steps + 1, tokens + n_tokens, flops + step_flops
-        losses.append(float(loss.item()))
-        window_tokens += n_tokens
-        if steps % PROGRESS_EVERY == 0 or steps == total:
-            recent = losses[-PROGRESS_EVERY:]
-            rate = window_tokens / max(1e-9, time.time() - window_start)
-            progress(f"step {steps}/{total} loss {sum(recent) / len(recent):.4f} {rate:.0f} tokens/s")
-            window_tokens, window_start = 0, time.time()
+        tally.add(float(loss.item()), n_tokens, step_flops)
     state = _full_state_dict(engine, ds["stage"])  # every rank takes part in the gather
     summary = None
     if rank == 0:
@@ -145,13 +131,10 @@ def train_deepspeed(
         plain.eval()
         if cfg["method"] == "lora":
             plain = plain.merge_and_unload()
-        tail = losses[-PROGRESS_EVERY:]
         summary = {
-            "method": cfg["method"], "deepspeed": {**ds, "world_size": world}, "steps": steps,
-            "planned_steps": total, "rows": len(examples), "tokens": tokens, "flops": flops,
-            "n_params": n_params, "first_loss": losses[0] if losses else None,
-            "final_loss": sum(tail) / len(tail) if tail else None, "stopped_early": stopped_early,
-            "seed": cfg["seed"], "wall_seconds": round(time.time() - started, 3), "config": cfg,
+            "method": cfg["method"], "deepspeed": {**ds, "world_size": world}, **tally.summary(),
+            "rows": len(examples), "n_params": n_params, "seed": cfg["seed"],
+            "wall_seconds": round(time.time() - started, 3), "config": cfg,
         }  # fmt: skip
         _save(plain, tokenizer, base_dir, out_dir, summary)
     torch.distributed.barrier()

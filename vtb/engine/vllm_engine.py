@@ -16,7 +16,7 @@ from pathlib import Path
 from transformers import AutoTokenizer
 
 from vtb.engine import usage
-from vtb.engine.infer import cut_at_stop, decodes_spaced, encode_prompts, stop_list
+from vtb.engine.infer import check_budget, cut_at_stop, decodes_spaced, encode_prompts, stop_list
 from vtb.engine.sampling import sequence_seeds
 from vtb.models.meta import n_params_of
 
@@ -103,12 +103,7 @@ class VLLMEngine:
         from_vllm = _sampling_params_class(self.llm)
         stops = stop_list(stop)
         encoded = encode_prompts(self.tokenizer, prompts, self.max_positions, max_new_tokens)
-        bound = sum(len(ids) for ids in encoded) + len(prompts) * max_new_tokens
-        if usage.would_exceed(usage.infer_flops(self._n_params, bound)):
-            raise usage.BudgetExhausted(
-                f"generating up to {bound} tokens would exceed VTB_MAX_FLOPS={usage.max_flops():.3g} "
-                f"(used {usage.totals()['flops']:.3g})"
-            )
+        check_budget(self._n_params, encoded, max_new_tokens)
         seeds = sequence_seeds(prompts, seed) if temperature > 0 else [None] * len(prompts)
         params = [from_vllm(**sampling_kwargs(max_new_tokens, temperature, top_p, s, stops)) for s in seeds]
         outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in encoded], params, use_tqdm=False)
