@@ -24,11 +24,14 @@ def engine_env(name: str, options: dict | None = None, fallback: bool = True) ->
     """The environment that selects an engine inside a harness sandbox."""
     if name not in ENGINES:
         raise ValueError(f"engine={name!r} is not one of {', '.join(ENGINES)}; set engine=transformers")
-    return {
+    env = {
         "VTB_ENGINE": name,
         "VTB_ENGINE_OPTIONS": json.dumps(options or {}, sort_keys=True),
         "VTB_ENGINE_FALLBACK": "1" if fallback else "0",
     }
+    if name == "vllm":  # no network in the sandbox: do not let vLLM try to report usage
+        env.update({"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"})
+    return env
 
 
 def vllm_unavailable() -> str | None:
