@@ -291,6 +291,13 @@ def reference_model_config(model: ModelConfig) -> ModelConfig:
                    reference_hub_id=None)  # fmt: skip
 
 
+def preflight(cfg: BenchConfig) -> None:
+    """Everything that can be checked before any work; a ValueError names the setting and the fix."""
+    check_budget(cfg.budget.unit, cfg.sandbox.gpus)  # a budget that cannot be metered
+    check_gpu_settings(cfg)  # GPU presets without a GPU
+    make_agent(cfg.agent)  # a misconfigured agent (no endpoint, CLI not installed)
+
+
 def check_gpu_settings(cfg: BenchConfig) -> None:
     """GPU presets without a GPU given to the sandboxes fail here, before any work, naming the fix."""
     engine_env(cfg.engine.name, cfg.engine.options, cfg.engine.fallback)  # checks the engine name
@@ -308,9 +315,7 @@ def check_gpu_settings(cfg: BenchConfig) -> None:
 def run_bench(cfg: BenchConfig) -> dict:
     """Run one bench as a Prefect flow run; returns result.json's content."""
     name = default_run_id(cfg) if cfg.run_id is None else cfg.run_id
-    check_budget(cfg.budget.unit, cfg.sandbox.gpus)  # a budget that cannot be metered fails first
-    check_gpu_settings(cfg)
-    make_agent(cfg.agent)  # a misconfigured agent (no endpoint, CLI not installed) fails before any work
+    preflight(cfg)
     return bench_flow.with_options(flow_run_name=name)(cfg)
 
 

@@ -30,9 +30,8 @@ from omegaconf import DictConfig, OmegaConf  # noqa: E402
 from prefect import flow  # noqa: E402
 from prefect.artifacts import create_markdown_artifact  # noqa: E402
 
-from flows.bench import CONF_DIR, bench_flow, default_run_id, to_config  # noqa: E402
+from flows.bench import CONF_DIR, bench_flow, default_run_id, preflight, to_config  # noqa: E402
 from vtb import leaderboard  # noqa: E402
-from vtb.agents import make_agent  # noqa: E402
 from vtb.config import BenchConfig  # noqa: E402
 
 
@@ -77,7 +76,7 @@ def _one(cfg: BenchConfig) -> dict:
     """Run one bench subflow; a failure becomes a row, not an exception."""
     name = cfg.run_id or default_run_id(cfg)
     try:
-        make_agent(cfg.agent)  # a misconfigured agent fails here, before any work
+        preflight(cfg)  # a misconfigured agent or GPU preset fails here, before any work
     except ValueError as e:
         return {"run": name, "state": "failed", "error": f"config: {e}"}
     state = bench_flow.with_options(flow_run_name=name)(cfg, return_state=True)
