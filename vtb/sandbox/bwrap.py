@@ -27,7 +27,7 @@ from pathlib import Path
 from vtb.sandbox import cgroup as cgroups
 from vtb.sandbox.base import USAGE_FILE, Limits, Mount, SandboxResult, SandboxStartError
 from vtb.sandbox.cgroup import CpuCgroup
-from vtb.sandbox.gpu import GpuMeter, NvmlReader, default_reader, parse_gpus
+from vtb.sandbox.gpu import NvmlReader, sandbox_gpus
 from vtb.sandbox.monitor import MonitoredProcess, run_to_end
 from vtb.sandbox.runtime import is_inside, masked_paths, sandbox_env, system_symlinks
 
@@ -170,12 +170,8 @@ class BwrapSandbox:
             cgroups.create_allowed() if exact_cpu is None else exact_cpu and cgroups.create_allowed()
         )
         self._exe = shutil.which(bwrap) or bwrap
-        # Without GPUs nothing touches NVML (nor imports pynvml); with them a host without a
-        # driver or pynvml fails here, at startup, not in every step.
-        self.gpu_reader = (gpu_reader or default_reader()) if gpus not in (None, "") else None
-        self.gpus = parse_gpus(gpus, self.gpu_reader) if self.gpu_reader is not None else None
-        # The meter watches every GPU on the host, not only ours: see GpuMeter.
-        self._metered = list(range(self.gpu_reader.device_count())) if self.gpu_reader is not None else []
+        self._gpu_set = sandbox_gpus(gpus, gpu_reader)
+        self.gpus = self._gpu_set.ids if self._gpu_set is not None else None
         if self.gpus is not None and not nvidia_nodes(self.gpus):
             log.warning("sandbox.gpus=%s: no NVIDIA device nodes under %s; code inside will see no GPU",
                         gpus, DEV_DIR)  # fmt: skip
@@ -268,9 +264,7 @@ class BwrapSandbox:
             if pids is not None:
                 cgroups.remove(pids)
             raise
-        gpu = None
-        if self.gpu_reader is not None:
-            gpu = GpuMeter(self.gpu_reader, self._metered, started)
+        gpu = self._gpu_set.meter(started) if self._gpu_set is not None else None
         return MonitoredProcess(popen, rfd, limits, out_dir, started, cgroup, pids, gpu)
 
     def run(

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from vtb.sandbox.base import USAGE_FILE, Limits, Mount, SandboxResult, SandboxStartError
 from vtb.sandbox.bwrap import check_mount
-from vtb.sandbox.gpu import GpuMeter, NvmlReader, default_reader, parse_gpus
+from vtb.sandbox.gpu import GpuMeter, NvmlReader, sandbox_gpus
 from vtb.sandbox.monitor import POLL_S, _flops, read_usage, run_to_end, wait_or_kill
 from vtb.sandbox.output import StderrCollector
 from vtb.sandbox.runtime import masked_paths, runtime_mounts, sandbox_env
@@ -174,11 +174,7 @@ class DockerSandbox:
             raise ValueError(f"sandbox.runtime={runtime!r} is not one of host, image")
         self.image = image
         self.gpus = gpus
-        # Checked before any engine work: a bad spec or a host without NVML fails at startup.
-        self.gpu_reader = (gpu_reader or default_reader()) if gpus not in (None, "") else None
-        parse_gpus(gpus, self.gpu_reader)
-        # The meter watches every GPU on the host, not only the container's: see GpuMeter.
-        self._metered = list(range(self.gpu_reader.device_count())) if self.gpu_reader is not None else []
+        self._gpu_set = sandbox_gpus(gpus, gpu_reader)  # checked before any engine work
         self.runtime = runtime
         self.max_stdout_chars = max_stdout_chars
         self.tmp_mb = tmp_mb
@@ -263,7 +259,7 @@ class DockerSandbox:
             shutil.rmtree(out_dir, ignore_errors=True)
             _remove_cgroup(parent)
             raise SandboxStartError(f"docker could not start the sandbox container: {e}") from e
-        gpu = GpuMeter(self.gpu_reader, self._metered, started) if self.gpu_reader is not None else None
+        gpu = self._gpu_set.meter(started) if self._gpu_set is not None else None
         return DockerProcess(self.api, cid, sock, limits, out_dir, parent, started, gpu)
 
     def _in_image(
@@ -414,7 +410,6 @@ class DockerProcess:
 
     def _check_limits(self, deadline: float) -> None:
         self._cpu = max(self._cpu, _cgroup_cpu(self._parent) or 0.0)
-        gpu_limit = self._limits.gpu_seconds
         if self._gpu is not None:
             pids = _cgroup_pids(self._parent)
             self._gpu_pids = pids or self._gpu_pids
@@ -425,7 +420,7 @@ class DockerProcess:
             self.kill("cpu")
         elif self._limits.max_processes is not None and self._fork_refused():
             self.kill("procs")
-        elif self._gpu is not None and gpu_limit is not None and self._gpu.gpu_seconds > gpu_limit:
+        elif self._gpu is not None and self._gpu.over(self._limits.gpu_seconds):
             self.kill("gpu")
         elif self._limits.max_flops is not None:
             if _flops(read_usage(self._out_dir / "usage.json")) > self._limits.max_flops:

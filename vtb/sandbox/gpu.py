@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Protocol
 
 log = logging.getLogger(__name__)
@@ -159,8 +160,35 @@ class GpuMeter:
         self._held, self._last = held, now
         return self.gpu_seconds
 
+    def over(self, limit: float | None) -> bool:
+        """Whether the step has spent more GPU-seconds than `limit` (None: no limit)."""
+        return limit is not None and self.gpu_seconds > limit
+
     def _utilization(self, device: int) -> float:
         try:
             return min(100.0, max(0.0, float(self.reader.utilization(device))))
         except Exception:  # noqa: BLE001 (informational only)
             return 0.0
+
+
+@dataclass(frozen=True)
+class SandboxGpus:
+    """A sandbox's GPUs, resolved once when the sandbox is made (bwrap and docker alike)."""
+
+    reader: NvmlReader
+    ids: list[int]  # the GPUs its steps are given
+    metered: list[int]  # every GPU on the host: a step that reaches another GPU is charged for it too
+
+    def meter(self, started: float) -> GpuMeter:
+        """A fresh meter for one started step."""
+        return GpuMeter(self.reader, self.metered, started)
+
+
+def sandbox_gpus(spec: str | None, reader: NvmlReader | None = None) -> SandboxGpus | None:
+    """None without sandbox.gpus (nothing touches NVML, pynvml is not imported). With GPUs the
+    spec is checked now, so a bad spec or a host without NVML fails when the sandbox is made,
+    not in every step."""
+    if spec in (None, ""):
+        return None
+    reader = reader or default_reader()
+    return SandboxGpus(reader, parse_gpus(spec, reader), list(range(reader.device_count())))

@@ -169,14 +169,13 @@ class MonitoredProcess:
             self._polled_cpu = max(self._polled_cpu, proctree.cpu_seconds(procs))
         if self._cgroup is not None:
             self._polled_cpu = max(self._polled_cpu, self._cgroup.cpu_seconds())
-        gpu_limit = self._limits.gpu_seconds
         if self._gpu is not None:
             self._gpu.sample({p.pid for p in procs}, time.monotonic())
         if self._polled_cpu > self._limits.cpu_seconds:
             self.kill("cpu")
         elif self._limits.max_processes is not None and self._over_process_cap(procs):
             self.kill("procs")
-        elif self._gpu is not None and gpu_limit is not None and self._gpu.gpu_seconds > gpu_limit:
+        elif self._gpu is not None and self._gpu.over(self._limits.gpu_seconds):
             self.kill("gpu")
         elif self._limits.max_flops is not None:
             if _flops(read_usage(self._usage_path)) > self._limits.max_flops:
