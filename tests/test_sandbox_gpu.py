@@ -263,6 +263,7 @@ def test_bwrap_binds_the_selected_gpus_nodes_only(monkeypatch, tmp_path):
 
 def test_bwrap_without_gpus_has_no_nvidia_nodes_and_never_touches_nvml(monkeypatch, tmp_path):
     from vtb.sandbox import bwrap as bw
+    from vtb.sandbox import gpu as gpu_module
 
     (tmp_path / "nvidia0").write_text("x")
     monkeypatch.setattr(bw, "DEV_DIR", str(tmp_path))
@@ -271,7 +272,7 @@ def test_bwrap_without_gpus_has_no_nvidia_nodes_and_never_touches_nvml(monkeypat
     def no_nvml():
         raise AssertionError("NVML was used without sandbox.gpus")
 
-    monkeypatch.setattr(bw, "default_reader", no_nvml)
+    monkeypatch.setattr(gpu_module, "default_reader", no_nvml)  # where every backend gets its reader
     sandbox = sandbox_backend("bwrap")
     result = sandbox.run(["/bin/sh", "-c", 'ls /dev; echo "cvd=${CUDA_VISIBLE_DEVICES-unset}"'],
                          mounts=runtime_mounts(), limits=Limits(wall_seconds=30, gpu_seconds=0.0))  # fmt: skip
