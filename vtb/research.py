@@ -51,14 +51,7 @@ class SandboxResearchEnv:
         return path
 
     def run(self, command: str, timeout_s: float = 600.0) -> dict:
-        cpu_left = max(0.0, self._limits.cpu_seconds - self.charge.cpu_seconds)
-        limits = Limits(
-            wall_seconds=min(timeout_s, self._limits.wall_seconds),
-            cpu_seconds=cpu_left,
-            memory_mb=self._limits.memory_mb,
-            max_flops=self._limits.max_flops,
-            gpu_seconds=self._gpu_left(),
-        )
+        limits = self._limits_left(min(timeout_s, self._limits.wall_seconds))
         result = run_command(self._sandbox, command, self._mounts, limits)
         self.charge = self.charge + result.charge
         entry = {
@@ -73,11 +66,15 @@ class SandboxResearchEnv:
         self.log.append(entry)
         return entry
 
-    def _gpu_left(self) -> float | None:
-        """The turn's GPU-seconds limit less what its commands have used (None: not limited)."""
-        if self._limits.gpu_seconds is None:
-            return None
-        return max(0.0, self._limits.gpu_seconds - self.charge.gpu_seconds)
+    def _limits_left(self, wall_seconds: float) -> Limits:
+        """The turn's limits less what its commands have used so far (CPU- and GPU-seconds)."""
+        gpu = self._limits.gpu_seconds
+        return replace(
+            self._limits,
+            wall_seconds=wall_seconds,
+            cpu_seconds=max(0.0, self._limits.cpu_seconds - self.charge.cpu_seconds),
+            gpu_seconds=None if gpu is None else max(0.0, gpu - self.charge.gpu_seconds),
+        )
 
     def write_file(self, relpath: str, content: str) -> None:
         path = self._path(relpath)
@@ -129,10 +126,7 @@ class SandboxResearchEnv:
                 mounts.append(Mount(root / "egress", SOCKET_DIR))
                 argv += ["--socket", f"{SOCKET_DIR}/{SOCKET_NAME}"]
             argv += ["--", "/bin/bash", "-c", command]
-            cpu_left = max(0.0, self._limits.cpu_seconds - self.charge.cpu_seconds)
-            # the turn's own wall limit, not the per-step one
-            limits = replace(self._limits, wall_seconds=timeout_s, cpu_seconds=cpu_left,
-                             gpu_seconds=self._gpu_left())  # fmt: skip
+            limits = self._limits_left(timeout_s)  # the turn's own wall limit, not the per-step one
             lines: list[dict] = []
             dropped = 0
             try:
