@@ -18,6 +18,7 @@ from tests.conftest import sandbox_backend
 from tests.test_engine_deepspeed import write_candidate
 from vtb import runner
 from vtb.models.toy import build_toy_model, toy_example
+from vtb.sandbox import runtime_mounts
 from vtb.sandbox.base import Limits
 
 pytestmark = pytest.mark.gpu
@@ -82,11 +83,13 @@ def test_gpu_seconds_are_metered_and_enforced_in_the_sandbox(tmp_path):
     sandbox = sandbox_backend("bwrap", threads=2, gpus=GPU)
     code = "import torch, time; x = torch.ones(1 << 20, device='cuda'); time.sleep(4); print(float(x.sum()))"
     held = sandbox.run(
-        [sys.executable, "-c", code], mounts=_mounts(), limits=Limits(wall_seconds=120, cpu_seconds=120)
+        [sys.executable, "-c", code],
+        mounts=runtime_mounts(),
+        limits=Limits(wall_seconds=120, cpu_seconds=120),
     )
     assert held.returncode == 0, held.stderr[-2000:]
     assert 3.0 <= held.gpu_seconds <= held.wall_seconds + 0.5
-    capped = sandbox.run([sys.executable, "-c", code], mounts=_mounts(),
+    capped = sandbox.run([sys.executable, "-c", code], mounts=runtime_mounts(),
                          limits=Limits(wall_seconds=120, cpu_seconds=120, gpu_seconds=1.0))  # fmt: skip
     assert capped.killed == "gpu" and capped.gpu_seconds < 3.0
 
@@ -125,9 +128,3 @@ def test_deepspeed_zero2_trains_on_the_gpu_in_the_sandbox(model_dir, tmp_path):
     assert out.ok, out.log[-4000:]
     assert out.summary["deepspeed"]["world_size"] == 1 and out.summary["steps"] == 8
     assert out.charge.gpu_seconds > 0.0 and out.charge.flops == out.summary["flops"]
-
-
-def _mounts():
-    from vtb.sandbox import runtime_mounts
-
-    return runtime_mounts()
