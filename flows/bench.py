@@ -25,13 +25,15 @@ from prefect import flow  # noqa: E402
 from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
 
 from steps import agent_turn_step, bind, play_step, provision_data_step, provision_model_step, train_step  # noqa: E402
+from steps.blind import null_model as build_null_model  # noqa: E402
+from steps.blind import secret_of, stage_path  # noqa: E402
 from vtb import pipeline, record  # noqa: E402
 from vtb.agents import Feedback, make_agent  # noqa: E402
 from vtb.agents.prompt import template_digest  # noqa: E402
 from vtb.config import BenchConfig, ModelConfig  # noqa: E402
 from vtb.engine.select import engine_env  # noqa: E402
 from vtb.hashing import code_version, hash_json  # noqa: E402
-from vtb.ledger import Charge, Ledger, StepLimits, check_budget  # noqa: E402
+from vtb.ledger import Charge, FlopsFloor, Ledger, StepLimits, check_budget  # noqa: E402
 from vtb.workspace import part_hashes, restore  # noqa: E402
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
@@ -61,7 +63,9 @@ class Bench:
         self.rec = record.RunRecord(self.runs / self.run_id)
         self.store = self.cache / "snapshots"
         self.store.mkdir(parents=True, exist_ok=True)
-        self.ledger = Ledger(cfg.budget.unit, cfg.budget.limit, cfg.budget.cpu_seconds)
+        self.calibration = flops_floor_calibration(cfg, self.cache)
+        self.ledger = Ledger(cfg.budget.unit, cfg.budget.limit, cfg.budget.cpu_seconds,
+                             floor=floor_of(cfg, self.calibration))  # fmt: skip
         self.history: list[dict] = []
         self.timings: list[dict] = []  # per step call: wall in the orchestrator, wall in the sandbox, cached
         self.charged: set[str] = set()  # step keys already charged in this run
@@ -107,11 +111,13 @@ class Bench:
 
     # train + validate one candidate ----------------------------------------------------------
     def _charge(self, step: str, iteration: int, key: str, charge: dict, budgeted: bool = True) -> None:
+        """Book a step's charge: the ledger checks every figure and applies the FLOPs floor (vtb/ledger.py)."""
         if key in self.charged:
             return  # the same result reused within this run (e.g. a harness-only edit) costs once
         self.charged.add(key)
         if budgeted:
-            self.ledger.charge(step, iteration, Charge(**charge))
+            known = {k: v for k, v in charge.items() if k in Charge.__dataclass_fields__}
+            self.ledger.charge(step, iteration, Charge(**known))
 
     def _step_limits(self, budgeted: bool) -> StepLimits:
         """What the budget leaves the next step; nothing for unbudgeted steps (grading, reference)."""
@@ -138,11 +144,14 @@ class Bench:
                          asdict(self.cfg.task), asdict(self.cfg.engine),
                          code_version(*pipeline.PLAY_CODE)])  # fmt: skip
         lim = self._step_limits(budgeted)
+        # One staging path per (run, trained model): validation, grading and the null check all
+        # mount /model from it, so the mount table names the same host path in every mode.
+        stage = stage_path(self.cache, secret_of(self.cfg.task), self.run_id, train_key)
         out = self._call("play", key=key, harness_dir=str(self.store / sid / "harness"), model_dir=checkpoint,
                                  split=split, data_dir=str(self.data_dir), task_cfg=self.cfg.task,
                                  sandbox_cfg=self.cfg.sandbox, max_flops=lim.max_flops,
                                  cpu_seconds=lim.cpu_seconds, gpu_seconds=lim.gpu_seconds,
-                                 null_model=null_model, engine_cfg=self.cfg.engine)  # fmt: skip
+                                 engine_cfg=self.cfg.engine, stage_dir=str(stage))  # fmt: skip
         self._charge(f"play-{split}", iteration, key, out["charge"], budgeted)
         return out
 
@@ -202,6 +211,11 @@ class Bench:
                                       gpu_seconds=self.ledger.gpu_left())  # fmt: skip
             self._charge("agent", it, key, turn["charge"])
             say(f"iteration {it}: {turn['notes']} (edits: {sorted(turn['edits'])})", self.t0)
+            if turn.get("rejected"):  # over the caps: nothing to train; the agent reads why next turn
+                self._rejected(it, turn, before)
+                if turn["done"]:
+                    break
+                continue
             if turn["done"] and turn["after"] == before:
                 break
             self.evaluate(turn["after"], it, turn)
@@ -209,6 +223,17 @@ class Bench:
             if turn["done"]:
                 break
         restore(self.store, before, ws)
+
+    def _rejected(self, iteration: int, turn: dict, before: str) -> None:
+        """An iteration whose workspace was refused (caps): recorded with its reason, not trained."""
+        entry = {"iteration": iteration, "snapshot": before, "parts": part_hashes(self.store / before),
+                 "edits": {}, "notes": turn["notes"], "rejected": turn["rejected"], "agent": _agent_use(turn),
+                 "train": None, "train_key": None, "checkpoint": None, "val_score": None, "val": None,
+                 "charge": {self.ledger.unit: 0.0},  # train + validate: none (the turn is charged apart)
+                 "budget_after": self.ledger.summary()}  # fmt: skip
+        self.history.append(entry)
+        self.rec.write_iteration(entry, turn.get("trajectory", []), turn.get("egress", []))
+        say(f"iteration {iteration}: {turn['rejected']}", self.t0)
 
     # select, grade, report ---------------------------------------------------------------------
     def select(self) -> dict:
@@ -226,7 +251,10 @@ class Bench:
         for name, content in test.get("artifacts", {}).items():  # e.g. SWE-bench report.json files
             self.rec.write_artifact(f"grading/{label}/{name}", content)
         if self.cfg.null_model_check:
-            null = self.play(sid, train_key, checkpoint, "test", -1, budgeted=False, null_model=True)
+            # The same harness, episodes (ids, order), mounts, paths and environment; only the
+            # weights differ: the checkpoint's own folder with every tensor shuffled (steps/blind.py).
+            null_dir = build_null_model(Path(checkpoint), self.cache, secret_of(self.cfg.task))
+            null = self.play(sid, train_key, str(null_dir), "test", -1, budgeted=False, null_model=True)
             out["null_model_score"] = null["score"]
             out["flagged"] = null["score"] > self.cfg.null_model_threshold
         return out
@@ -270,6 +298,24 @@ class Bench:
         return result
 
 
+def flops_floor_calibration(cfg: BenchConfig, cache: Path) -> dict:
+    """This machine's engine FLOPs per CPU-second: from budget.flops_per_cpu_second, or calibrated once."""
+    if cfg.budget.flops_per_cpu_second is not None:
+        return {"cpu_rate": float(cfg.budget.flops_per_cpu_second), "startup_cpu_seconds": 0.0,
+                "machine": {"key": "config"}}  # fmt: skip
+    from vtb.calibrate import load_or_calibrate
+
+    backend = f"{cfg.sandbox.backend} threads={cfg.sandbox.threads}"
+    return load_or_calibrate(pipeline.sandbox_for(cfg.sandbox), cache, backend)
+
+
+def floor_of(cfg: BenchConfig, calibration: dict) -> FlopsFloor:
+    return FlopsFloor(cpu_rate=calibration["cpu_rate"], fraction=cfg.budget.floor_fraction,
+                      gpu_rate=cfg.budget.flops_per_gpu_second,
+                      startup_cpu_seconds=calibration.get("startup_cpu_seconds", 0.0),
+                      machine=calibration["machine"]["key"])  # fmt: skip
+
+
 def _agent_use(turn: dict | None) -> dict:
     """What the research agent's turn spent itself (its LLM tokens and cost) and why it ended."""
     if not turn:
@@ -282,7 +328,11 @@ def _agent_use(turn: dict | None) -> dict:
 def _public(entry: dict) -> dict:
     """What the research agent may see of a past iteration."""
     keys = ("iteration", "snapshot", "edits", "notes", "val_score", "charge")
-    return {k: entry[k] for k in keys}
+    out = {k: entry[k] for k in keys}
+    rejected = entry.get("rejected") or ((entry.get("train") or {}).get("summary") or {}).get("rejected")
+    if rejected:  # the workspace over its caps, or a checkpoint refused by the host
+        out["rejected"] = str(rejected)[:500]
+    return out
 
 
 def reference_model_config(model: ModelConfig) -> ModelConfig:
@@ -323,6 +373,7 @@ def run_bench(cfg: BenchConfig) -> dict:
 def bench_flow(cfg: BenchConfig) -> dict:
     bench = Bench(cfg)
     bench.rec.start(cfg)
+    bench.rec.write_artifact("calibration.json", bench.calibration)  # the FLOPs floor's rate and machine
     bench.provision()
     bench.iterate()
     result = bench.finish()

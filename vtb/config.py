@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vtb.safefs import Caps
+
 
 @dataclass
 class TaskConfig:
@@ -133,12 +135,29 @@ class SandboxConfig:
     threads: int = 2  # torch/OMP threads inside the sandbox
     step_wall_s: float = 900.0  # per sandboxed step
     step_cpu_s: float = 1800.0  # per sandboxed step, whole process tree
-    memory_mb: int | None = None
+    # One cap for everything a sandbox holds at once (processes, /tmp and /dev/shm): a cgroup
+    # where the host allows it, else RLIMIT_AS per process plus tmpfs sizes (vtb/sandbox/bwrap.py).
+    # 6 GiB: ~9x the default math bench's peak (the SFT step, ~0.7 GiB), and a few sandboxes at
+    # once stay well within a 24 GiB machine. None = no cap.
+    memory_mb: int | None = 6144
     image: str = "vtb/runtime:latest"  # docker: the container image (scripts/build_images.sh)
     # None, "all" or device ids "0,1": the GPUs each sandbox gets (bwrap: their device nodes and
     # CUDA_VISIBLE_DEVICES; docker: a device request); their GPU-seconds are metered through NVML
     gpus: str | None = None
     runtime: str = "host"  # docker: host (host runtime mounted into vtb/runtime) | image (its own stack)
+    # Caps on what sandboxed code hands the host, in apparent size (sparse files count in full) and
+    # entries; past them the candidate is rejected with the reason, and the run goes on.
+    max_part_mb: float = 256.0  # each workspace part (data/, trainer/, harness/) after a turn
+    max_part_files: int = 20000
+    # a trained checkpoint: a 7B model's fp32 weights + Adam state (~84 GB) fit
+    max_checkpoint_mb: float = 100_000.0
+    max_checkpoint_files: int = 10000
+
+    def part_caps(self) -> Caps:
+        return Caps.of(self.max_part_mb, self.max_part_files)
+
+    def checkpoint_caps(self) -> Caps:
+        return Caps.of(self.max_checkpoint_mb, self.max_checkpoint_files)
 
 
 @dataclass
@@ -147,6 +166,15 @@ class BudgetConfig:
     unit: str = "flops"  # flops | cpu_seconds | gpu_seconds (needs sandbox.gpus): the unit that is enforced
     limit: float = 1.0e13
     cpu_seconds: float = 3600.0  # hard cap on metered CPU-seconds, always enforced
+    # The FLOPs floor (vtb/ledger.py): a step is charged at least floor_fraction × (its metered
+    # CPU-seconds past start-up × this machine's calibrated engine FLOPs per CPU-second + its
+    # GPU-seconds × flops_per_gpu_second), so a trainer or harness that under-reports FLOPs gains
+    # at most 1/floor_fraction. Below 1 because honest steps run less efficiently than the
+    # calibration's engine loop (data loading, saving, tokenising): 0.1 leaves every honest step
+    # of the small bench charged exactly what it reported (measured: see README, Budget).
+    floor_fraction: float = 0.1
+    flops_per_cpu_second: float | None = None  # None: calibrated once per machine (vtb/calibrate.py)
+    flops_per_gpu_second: float = 0.0  # GPUs: set from a measurement of this GPU (0: no GPU floor)
 
 
 @dataclass

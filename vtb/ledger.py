@@ -6,16 +6,71 @@ the sandbox has GPUs, GPU-seconds (both metered from outside, so code in the san
 evade them; a GPU-second is a second a GPU was held, see vtb/sandbox/gpu.py). One unit is
 enforced as the budget; CPU-seconds are always a hard cap as well. A cached step is charged what it
 cost when it was computed, so a resumed run ends with the same figures.
+
+The FLOPs figure comes from a usage file that code the agent can change (its trainer, its
+harness, its shell commands) writes, so two rules make forging it useless:
+
+- Every number of a charge is checked (`checked`): finite, non-negative and within `BOUNDS`.
+  A bad one never raises; it is charged as 0, named in the charge's `errors` (and the ledger
+  entry's note), and the floor below applies.
+- The FLOPs charged are `max(reported, floor)` with `floor = budget.floor_fraction ×
+  (metered CPU-seconds × the calibrated FLOPs per CPU-second of this machine's engines +
+  metered GPU-seconds × FLOPs per GPU-second)`, see vtb/calibrate.py. Both figures are kept
+  (`flops_reported`, `flops_floor`). Under-reporting therefore buys no more compute than the
+  outside meter allows; with flops as the unit, `step_limits` turns the FLOPs left into a CPU-
+  (and GPU-) seconds cap through the same rate, so a step that under-reports is also stopped
+  where an honest one would be. The fraction sits below what honest steps report, so honest
+  runs are charged exactly what they report and stay reproducible across machines.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
 UNITS = ("flops", "cpu_seconds", "gpu_seconds")
+# The most one step can plausibly use of each quantity; a larger figure is forged or broken.
+BOUNDS = {
+    "flops": 1e27,  # far above any frontier training run
+    "cpu_seconds": 1e9,
+    "gpu_seconds": 1e9,
+    "wall_seconds": 1e9,
+    "agent_tokens": 1e12,
+    "agent_cost_usd": 1e7,
+}
+MAX_ERRORS = 20  # bad numbers named per charge (the rest only counted)
+
+
+def checked(value: object, name: str) -> tuple[float, str | None]:
+    """(value, None) for a finite number in [0, BOUNDS[name]]; (0.0, why) for anything else.
+
+    The one validation every untrusted number of a charge goes through (usage files, CLI
+    agents' usage events, LLM endpoints' usage, and `Ledger.charge` itself). Strings and
+    booleans are not numbers here: JSON that means a number writes one.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0.0, f"{name}: not a number ({_show(value)})"
+    try:
+        number = float(value)
+    except OverflowError:
+        return 0.0, f"{name}: out of range ({_show(value)})"
+    if not math.isfinite(number):
+        return 0.0, f"{name}: not finite ({number})"
+    if number < 0:
+        return 0.0, f"{name}: negative ({number:g})"
+    if number > BOUNDS[name]:
+        return 0.0, f"{name}: {number:g} is over the bound {BOUNDS[name]:g}"
+    return number, None
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 GPU_HINT = "set sandbox.gpus=all (or device ids: 'sandbox.gpus=\"0,1\"') or budget.unit=flops"
 
 
@@ -41,9 +96,51 @@ class Charge:
     wall_seconds: float = 0.0
     agent_tokens: int = 0
     agent_cost_usd: float = 0.0
+    flops_reported: float = 0.0  # the valid part of what the sandbox reported (set by `of`/the ledger)
+    flops_floor: float = 0.0  # what the outside meter implies (set by Ledger.charge)
+    errors: list[str] = field(default_factory=list)  # numbers that failed `checked`
 
     def __add__(self, other: Charge) -> Charge:
-        return Charge(**{k: getattr(self, k) + getattr(other, k) for k in asdict(self)})
+        out = {k: getattr(self, k) + getattr(other, k) for k in NUMBERS + ("flops_reported", "flops_floor")}
+        return Charge(**out, errors=(self.errors + other.errors)[:MAX_ERRORS])
+
+    @classmethod
+    def of(cls, **values: object) -> Charge:
+        """A charge from untrusted numbers: each is `checked`; a bad one counts 0 and is named in `errors`.
+
+        The FLOPs floor is the ledger's business (it knows this machine's calibration), so a
+        forged or missing FLOPs figure here still ends up charged at least the floor.
+        """
+        errors: list[str] = []
+        numbers = {}
+        for name in NUMBERS:
+            number, error = checked(values.get(name, 0.0), name)
+            numbers[name] = int(number) if name == "agent_tokens" else number
+            if error:
+                errors.append(error)
+        return cls(**numbers, flops_reported=numbers["flops"], errors=errors[:MAX_ERRORS])
+
+
+NUMBERS = ("flops", "cpu_seconds", "gpu_seconds", "wall_seconds", "agent_tokens", "agent_cost_usd")
+
+
+@dataclass(frozen=True)
+class FlopsFloor:
+    """The least FLOPs a step is charged for the seconds it was metered (see the module docstring)."""
+
+    cpu_rate: float  # calibrated engine FLOPs per metered CPU-second of this machine (past start-up)
+    fraction: float  # budget.floor_fraction
+    gpu_rate: float = 0.0  # FLOPs per metered GPU-second (budget.flops_per_gpu_second); 0: no GPU floor
+    startup_cpu_seconds: float = 0.0  # calibrated CPU-seconds a process spends before any engine work
+    machine: str = ""  # the calibration's machine key
+
+    def of(self, cpu_seconds: float, gpu_seconds: float) -> float:
+        busy = max(0.0, cpu_seconds - self.startup_cpu_seconds)
+        return self.fraction * (busy * self.cpu_rate + gpu_seconds * self.gpu_rate)
+
+    def seconds_for(self, flops: float, rate: float, startup: float = 0.0) -> float | None:
+        """Metered seconds whose floor is `flops` (None: no floor at that rate, so no cap from it)."""
+        return startup + flops / (self.fraction * rate) if self.fraction > 0 and rate > 0 else None
 
 
 @dataclass
@@ -61,6 +158,7 @@ class Ledger:
     limit: float
     cpu_cap: float
     entries: list[LedgerEntry] = field(default_factory=list)
+    floor: FlopsFloor | None = None  # None: FLOPs charged as reported (validated) only
 
     def __post_init__(self) -> None:
         if self.unit not in UNITS:
@@ -70,8 +168,24 @@ class Ledger:
 
     def charge(
         self, step: str, iteration: int, charge: Charge, *, cached: bool = False, note: str = ""
-    ) -> None:
+    ) -> Charge:
+        """Record one step's charge, validated again and raised to the FLOPs floor; returns what was charged."""
+        charge = self.settle(charge)
+        if charge.errors:
+            note = "; ".join(filter(None, [note, "bad charge figures: " + "; ".join(charge.errors)]))
         self.entries.append(LedgerEntry(step, iteration, charge, cached, note))
+        return charge
+
+    def settle(self, charge: Charge) -> Charge:
+        """The charge as the ledger books it: every number `checked`, FLOPs = max(reported, floor)."""
+        valid = Charge.of(**{k: getattr(charge, k, 0.0) for k in NUMBERS})
+        errors = list(getattr(charge, "errors", None) or [])
+        errors = ([str(e)[:200] for e in errors if isinstance(e, str)] + valid.errors)[:MAX_ERRORS]
+        floor = self.floor.of(valid.cpu_seconds, valid.gpu_seconds) if self.floor else 0.0
+        valid.flops_reported, valid.flops_floor = valid.flops, floor
+        valid.flops = max(valid.flops, floor)
+        valid.errors = errors
+        return valid
 
     def total(self) -> Charge:
         out = Charge()
@@ -102,7 +216,14 @@ class Ledger:
             return StepLimits(None, min(cpu, self.left()))
         if self.unit == "gpu_seconds":
             return StepLimits(None, cpu, self.gpu_left())
-        return StepLimits(self.left(), cpu)
+        gpu = None
+        if self.floor is not None:  # the seconds whose floor would pass the FLOPs left: a hard cap too
+            cpu_floor = self.floor.seconds_for(
+                self.left(), self.floor.cpu_rate, self.floor.startup_cpu_seconds
+            )
+            cpu = cpu if cpu_floor is None else min(cpu, cpu_floor)
+            gpu = self.floor.seconds_for(self.left(), self.floor.gpu_rate)
+        return StepLimits(self.left(), cpu, gpu)
 
     def summary(self) -> dict:
         total = self.total()
@@ -117,6 +238,10 @@ class Ledger:
             "gpu_seconds": round(total.gpu_seconds, 3),
             "agent_tokens": total.agent_tokens,
             "agent_cost_usd": total.agent_cost_usd,
+            "flops_reported": total.flops_reported,
+            "flops_floor": total.flops_floor,
+            "floor": asdict(self.floor) if self.floor else None,
+            "charge_errors": sum(len(e.charge.errors) for e in self.entries),
         }
 
     def write(self, path: Path) -> None:

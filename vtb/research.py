@@ -9,19 +9,26 @@ as one long command (`run_agent`) whose only network is the allowlisting egress 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import time
+from collections import deque
 from dataclasses import replace
 from pathlib import Path
 
+from vtb import safefs
 from vtb.agents import Feedback
 from vtb.ledger import Charge
 from vtb.runner import PYTHON, charge_of, run_command
 from vtb.sandbox.base import Limits, Mount, Sandbox
 from vtb.sandbox.egress import SOCKET_DIR, SOCKET_NAME, EgressProxy
+from vtb.sandbox.output import StreamStats, bounded_lines
 from vtb.workspace import restore
 
 MAX_AGENT_LINES = 20000  # output lines of a CLI agent kept in the trajectory (the last ones)
+MAX_AGENT_BYTES = 32 << 20  # ... and at most this many bytes of them (each line at most MAX_LINE_BYTES)
+MAX_READ_BYTES = 64 << 20  # read_file: larger workspace files are refused, not read
+MAX_SCRUB_BYTES = 256 << 20  # scrub_workspace: larger files are removed, not read into memory
 
 
 class SandboxResearchEnv:
@@ -44,11 +51,10 @@ class SandboxResearchEnv:
         self.log: list[dict] = []  # the turn's trajectory: commands, file writes, restores
         self.egress: list[dict] = []  # requests a CLI agent made through the egress proxy
 
-    def _path(self, relpath: str) -> Path:
-        path = (self.workspace / relpath).resolve()
-        if not path.is_relative_to(self.workspace.resolve()):
-            raise PermissionError(f"{relpath!r} is outside the workspace")
-        return path
+    def _path(self, relpath: str) -> str:
+        """relpath checked lexically (no absolute path, no '..'); every use then opens it through
+        safefs.open_in, which follows no link on the way, so a link cannot lead out of the workspace."""
+        return "/".join(safefs.relative_parts(relpath))
 
     def run(self, command: str, timeout_s: float = 600.0) -> dict:
         limits = self._limits_left(min(timeout_s, self._limits.wall_seconds))
@@ -77,23 +83,27 @@ class SandboxResearchEnv:
         )
 
     def write_file(self, relpath: str, content: str) -> None:
-        path = self._path(relpath)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content)
+        safefs.write_in(self.workspace, self._path(relpath), content.encode())
         self.log.append({"time": time.time(), "write": relpath, "bytes": len(content)})
 
     def read_file(self, relpath: str) -> str:
-        return self._path(relpath).read_text()
+        """A workspace file's text; a link, a FIFO or a file over MAX_READ_BYTES raises an OSError."""
+        return safefs.read_in(self.workspace, self._path(relpath), MAX_READ_BYTES).decode(errors="replace")
 
     def restore(self, snapshot: str) -> None:
+        if not re.fullmatch(r"[0-9a-f]{16}", snapshot) or not safefs.is_real_dir(self._store / snapshot):
+            raise ValueError(f"no snapshot {snapshot!r}")
         restore(self._store, snapshot, self.workspace)
         self.log.append({"time": time.time(), "restore": snapshot})
 
     def feedback(self) -> Feedback:
         return self._feedback
 
-    def charge_agent(self, tokens: int, cost_usd: float) -> None:
-        self.charge = self.charge + Charge(agent_tokens=int(tokens), agent_cost_usd=float(cost_usd))
+    def charge_agent(self, tokens: int, cost_usd: float, errors: list[str] = ()) -> None:
+        """Charge an LLM's tokens and cost; the figures are checked (`Charge.of`), bad ones named."""
+        charge = Charge.of(agent_tokens=tokens, agent_cost_usd=cost_usd)
+        charge.errors = [*errors, *charge.errors]
+        self.charge = self.charge + charge
 
     def note(self, entry: dict) -> None:
         self.log.append({"time": time.time(), **entry})
@@ -127,19 +137,21 @@ class SandboxResearchEnv:
                 argv += ["--socket", f"{SOCKET_DIR}/{SOCKET_NAME}"]
             argv += ["--", "/bin/bash", "-c", command]
             limits = self._limits_left(timeout_s)  # the turn's own wall limit, not the per-step one
-            lines: list[dict] = []
-            dropped = 0
+            lines: deque[dict] = deque()
+            dropped = kept_bytes = 0
+            stats = StreamStats()
             try:
                 proc = self._sandbox.start(argv, mounts=mounts, limits=limits, cwd="/ws",
                                            env={"HOME": "/home/agent", **env})  # fmt: skip
                 proc.stdin.close()
-                for raw in proc.stdout:
+                for raw in bounded_lines(proc.stdout, stats):  # lines over MAX_LINE_BYTES: counted only
                     tag, _, text = raw.rstrip("\n").partition(" ")
                     stream = {"1": "stdout", "2": "stderr"}.get(tag)
                     lines.append({"t": round(time.time(), 3), "stream": stream or "bridge",
                                   "line": text if stream else raw.rstrip("\n")})  # fmt: skip
-                    if len(lines) > MAX_AGENT_LINES:
-                        lines.pop(0)
+                    kept_bytes += len(lines[-1]["line"])
+                    while len(lines) > MAX_AGENT_LINES or (kept_bytes > MAX_AGENT_BYTES and len(lines) > 1):
+                        kept_bytes -= len(lines.popleft()["line"])
                         dropped += 1
                 result = proc.wait()
             finally:
@@ -148,7 +160,8 @@ class SandboxResearchEnv:
                     self.egress += sorted(proxy.log, key=lambda e: e["time"])  # by start time
         self.charge = self.charge + charge_of(result)
         entry = {"time": time.time(), "agent_command": command, "returncode": result.returncode,
-                 "killed": result.killed, "output": lines, "dropped_lines": dropped,
+                 "killed": result.killed, "output": list(lines), "dropped_lines": dropped,
+                 "output_stats": {**stats.record(), "dropped_lines": dropped},
                  "sandbox_stderr": result.stderr[-4000:], "denials": result.denials[:20]}  # fmt: skip
         self.log.append(entry)
         return entry
@@ -179,16 +192,31 @@ def redact(obj: object, secrets: dict[str, str]) -> object:
     return obj
 
 
-def scrub_workspace(ws: Path, secrets: dict[str, str]) -> list[str]:
-    """Replace secret values inside workspace files (an agent may write its key there); the files changed."""
+def scrub_workspace(ws: Path, secrets: dict[str, str], max_bytes: int = MAX_SCRUB_BYTES) -> list[str]:
+    """Replace secret values inside workspace files (an agent may write its key there); the files changed.
+
+    An lstat walk: links and special files are neither followed nor opened. A file over max_bytes
+    (apparent size) cannot be scrubbed in memory and is removed instead (listed too).
+    """
+    if not secrets:
+        return []
     hits = []
     needles = {name: value.encode() for name, value in secrets.items()}
-    for path in sorted(p for p in ws.rglob("*") if p.is_file() and not p.is_symlink()):
-        data = path.read_bytes()
+    for e in list(safefs.walk(ws)):
+        if e.kind != "file":
+            continue
+        if e.size > max_bytes:
+            safefs.remove(ws / e.rel)
+            hits.append(e.rel)
+            continue
+        try:
+            data = safefs.read_in(ws, e.rel, max_bytes)
+        except OSError:
+            continue  # swapped for a link or a special file since the walk: not read
         if not any(v in data for v in needles.values()):
             continue
         for name, value in needles.items():
             data = data.replace(value, f"[redacted:{name}]".encode())
-        path.write_bytes(data)
-        hits.append(str(path.relative_to(ws)))
+        safefs.write_in(ws, e.rel, data)
+        hits.append(e.rel)
     return hits

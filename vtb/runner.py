@@ -9,27 +9,36 @@ from __future__ import annotations
 
 import json
 import queue
-import shutil
 import sys
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from vtb import safefs
 from vtb.ledger import Charge
 from vtb.protocol import parse_action_line, send
 from vtb.sandbox import runtime_mounts
 from vtb.sandbox.base import Limits, Mount, Sandbox, SandboxResult
+from vtb.sandbox.output import MAX_LINE_BYTES, StreamStats, bounded_lines
 
 PYTHON = sys.executable
 
 
 def charge_of(result: SandboxResult) -> Charge:
-    return Charge(
-        flops=float(result.usage.get("flops", 0.0)),
+    """What a sandboxed process used: metered seconds and the FLOPs its usage file reported.
+
+    The usage file is written by code the agent can change, so every figure is checked and a
+    bad one recorded in `errors`, never raised; the ledger then charges at least the FLOPs
+    floor of the metered seconds (vtb/ledger.py). Used by every step: train, play, research
+    commands and CLI agents.
+    """
+    return Charge.of(
+        flops=result.usage.get("flops", 0.0) if isinstance(result.usage, dict) else 0.0,
         cpu_seconds=result.cpu_seconds,
         gpu_seconds=result.gpu_seconds,
         wall_seconds=result.wall_seconds,
@@ -45,13 +54,39 @@ def research_mounts(ws: Path, data_dir: Path, base_dir: Path) -> list[Mount]:
     ]
 
 
-def stream_lines(proc, echo: Callable[[str], None] | None) -> list[str]:
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if echo:
-            echo(line.rstrip("\n"))
-    return lines
+KEEP_LINES = 2000  # stream_lines: the last lines of a step's stdout kept for its log
+KEEP_BYTES = 1 << 20  # ... and at most this many bytes of them
+ECHO_LINES = 2000  # lines echoed to the orchestrator's console (each cut to ECHO_CHARS)
+ECHO_CHARS = 2000
+PLAY_QUEUE_LINES = 64  # harness lines read ahead of the orchestrator (each at most MAX_LINE_BYTES)
+
+
+def stream_lines(
+    proc, echo: Callable[[str], None] | None, stats: StreamStats | None = None
+) -> list[str]:
+    """The last lines of a sandboxed process's stdout (KEEP_LINES, KEEP_BYTES), read to its end.
+
+    Lines over MAX_LINE_BYTES are dropped unread; what was left out is counted in `stats` and,
+    when anything was, named in a first line of the result, so the step's log shows it.
+    """
+    stats = stats if stats is not None else StreamStats()
+    kept: deque[str] = deque()
+    kept_bytes = echoed = 0
+    for line in bounded_lines(proc.stdout, stats):
+        kept.append(line)
+        kept_bytes += len(line)
+        while len(kept) > KEEP_LINES or (kept_bytes > KEEP_BYTES and len(kept) > 1):
+            kept_bytes -= len(kept.popleft())
+            stats.dropped_lines += 1
+        if echo and echoed < ECHO_LINES:
+            echoed += 1
+            echo(line.rstrip("\n")[:ECHO_CHARS] if echoed < ECHO_LINES else "[vtb: further output not echoed]")
+    head = []
+    if stats.dropped_lines or stats.long_lines:
+        head = [f"[vtb: output of {stats.bytes} bytes; kept the last {len(kept)} lines, dropped "
+                f"{stats.dropped_lines} earlier lines and {stats.long_lines} lines over "
+                f"{MAX_LINE_BYTES} bytes ({stats.long_bytes} bytes)]\n"]  # fmt: skip
+    return head + list(kept)
 
 
 @dataclass
@@ -73,13 +108,21 @@ def train(
     seed: int,
     limits: Limits,
     echo: Callable[[str], None] | None = None,
+    checkpoint_caps: safefs.Caps = safefs.NO_CAPS,
 ) -> TrainOutcome:
-    """Run the candidate's trainer in a fresh research sandbox; the checkpoint lands in out_dir/checkpoint."""
+    """Run the candidate's trainer in a fresh research sandbox; the checkpoint lands in out_dir/checkpoint.
+
+    The produced checkpoint is sandbox-written: it is copied (bytes, never linked) with its links
+    and special files dropped and held to checkpoint_caps; a checkpoint refused there fails this
+    train step with the reason in its summary and log, never the run. train_summary.json is read
+    bounded (an oversized, malformed or special one is recorded as invalid, not read).
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(out_dir / "checkpoint", ignore_errors=True)
+    safefs.remove(out_dir / "checkpoint")
+    rejected, dropped = None, []
     with tempfile.TemporaryDirectory(prefix="vtb-train-") as scratch:
         ws = Path(scratch) / "ws"
-        shutil.copytree(candidate, ws)
+        safefs.copy_tree(candidate, ws)
         (ws / "out").mkdir()
         custom = ws / "trainer" / "train.py"
         entry = ["/ws/trainer/train.py"] if custom.exists() else ["-m", "vtb.engine.sft"]
@@ -92,17 +135,54 @@ def train(
         proc.stdin.close()
         lines = stream_lines(proc, echo)
         result = proc.wait()
-        produced = ws / "out" / "checkpoint"
-        ok = result.returncode == 0 and result.killed is None and (produced / "config.json").exists()
+        ok = result.returncode == 0 and result.killed is None
         if ok:
-            shutil.move(str(produced), out_dir / "checkpoint")
-    summary = {}
-    summary_file = out_dir / "checkpoint" / "train_summary.json"
-    if ok and summary_file.exists():
-        summary = json.loads(summary_file.read_text())
+            produced = ws / "out" / "checkpoint"
+            rejected, dropped = _take_checkpoint(produced, out_dir / "checkpoint", checkpoint_caps)
+            ok = rejected is None
+    summary: dict = {}
+    if ok:
+        try:
+            data = safefs.read_json(out_dir / "checkpoint" / "train_summary.json", MAX_SUMMARY_BYTES)
+            summary = data if isinstance(data, dict) else {"invalid_summary": "not a JSON object"}
+        except FileNotFoundError:
+            pass
+        except OSError as e:  # over the limit, not JSON, not a regular file
+            summary = {"invalid_summary": str(e)}
+    if dropped:
+        summary["dropped"] = [f"{d['path']} ({d['kind']})" for d in dropped[:20]] + (
+            [f"... {len(dropped) - 20} more"] if len(dropped) > 20 else []
+        )
+    if rejected:
+        summary["rejected"] = rejected
     log = "".join(lines)[-20000:] + "\n--- stderr ---\n" + result.stderr[-20000:]
+    if rejected:
+        log += f"\n--- checkpoint rejected ---\n{rejected}\n"
     (out_dir / "train.log").write_text(log)
     return TrainOutcome(ok, charge_of(result), result.killed, result.returncode, log, summary)
+
+
+MAX_SUMMARY_BYTES = 1 << 20  # train_summary.json: a larger one is ignored (recorded as invalid)
+
+
+def _take_checkpoint(produced: Path, dest: Path, caps: safefs.Caps) -> tuple[str | None, list[dict]]:
+    """Copy a produced checkpoint into dest (regular files only, within caps): (why it was refused, dropped).
+
+    Runs after the trainer's sandbox is gone, so the lstat checks of the path cannot be raced.
+    """
+    if not (safefs.is_real_dir(produced.parent) and safefs.is_real_dir(produced)):
+        return "no checkpoint directory at out/checkpoint (a link or a file is not taken)", []
+    tmp = dest.with_name(dest.name + ".tmp")
+    safefs.remove(tmp)
+    try:
+        dropped = safefs.copy_tree(produced, tmp, caps)
+    except OSError as e:  # Rejected past the caps, or an unreadable file
+        return f"checkpoint rejected: {e}", []
+    if not safefs.is_regular(tmp / "config.json"):
+        safefs.remove(tmp)
+        return "checkpoint rejected: no config.json (a regular file) in out/checkpoint", dropped
+    tmp.rename(dest)
+    return None, dropped
 
 
 def _wants_deepspeed(config: Path) -> bool:
@@ -164,6 +244,7 @@ class EpisodeOutcome:
     rounds: int = 0
     engine: str = ""  # the engine the harness ran on, as it reported it (e.g. a vllm fallback)
     failed: dict[str, str] = field(default_factory=dict)  # episode id -> why it ended without an action
+    output: dict = field(default_factory=dict)  # the harness's stdout: StreamStats + garbage_lines
 
 
 def play(
@@ -177,7 +258,6 @@ def play(
     per_episode_timeout_s: float,
     chunk: int = 128,
     max_restarts: int = 20,
-    null_model: bool = False,
     env: dict[str, str] | None = None,
 ) -> EpisodeOutcome:
     """Play episodes against the harness in rounds until every episode is over.
@@ -190,17 +270,21 @@ def play(
     """
     eps: list[Episode] = [SingleTurn(e) if isinstance(e, dict) else e for e in episodes]
     mounts = runtime_mounts() + [Mount(harness_dir, "/ws/harness"), Mount(model_dir, "/model")]
+    # The same mounts and environment in every mode: a null-model check differs only in what
+    # model_dir holds (steps/blind.py), so nothing inside the sandbox can tell it apart.
     env = {**(env or {}), "VTB_MODEL_DIR": "/model"}  # env: e.g. the engine selection
-    if null_model:
-        env["VTB_NULL_MODEL"] = "1"
     argv = [PYTHON, "/ws/harness/harness.py"]
     out = EpisodeOutcome({}, Charge(), [], 0, [], [])
     running: list[Episode] = [ep for ep in eps if not getattr(ep, "over", False)]  # e.g. its user failed
     alone: list[Episode] = []  # episodes to retry one per round after a failure
     retried: set[str] = set()
     proc = lines = None
+    garbage = 0
     seen: set[str] = set()  # episodes the current harness process has been started on
     starts = 0
+
+    stats = StreamStats()  # all harness processes' stdout together
+    pump_stop = threading.Event()
 
     def finish(p, hung: bool = False) -> None:
         if hung:
@@ -213,12 +297,14 @@ def play(
             except (BrokenPipeError, OSError, ValueError):
                 pass
         result = p.wait(timeout=10)
+        pump_stop.set()
         out.charge = out.charge + charge_of(result)
         out.denials += result.denials
         out.stderr_tail = result.stderr[-4000:]
-        if result.usage.get("engine"):
+        if result.usage.get("engine"):  # the harness's word: shown, never parsed further
             fallback = result.usage.get("engine_fallback")
-            out.engine = str(result.usage["engine"]) + (f" (fallback from {fallback})" if fallback else "")
+            out.engine = (str(result.usage["engine"])[:100] + (f" (fallback from {str(fallback)[:100]})"
+                                                              if fallback else ""))  # fmt: skip
         if result.killed and result.killed != "closed":
             out.killed.append(result.killed)
 
@@ -238,8 +324,9 @@ def play(
                 break
             starts += 1
             proc = sandbox.start(argv, mounts=mounts, limits=limits, cwd="/ws/harness", env=env)
-            lines = queue.Queue()
-            threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
+            lines = queue.Queue(maxsize=PLAY_QUEUE_LINES)
+            pump_stop = threading.Event()
+            threading.Thread(target=_pump, args=(proc.stdout, lines, stats, pump_stop), daemon=True).start()
             seen = set()
         out.rounds += 1
         wanted = {ep.id: ep for ep in batch}
@@ -261,8 +348,10 @@ def play(
                 break
             parsed = parse_action_line(line)
             if parsed is None or parsed[0] not in wanted or parsed[0] in got:
-                if len(out.garbage) < 20 and line.strip():
-                    out.garbage.append(line.strip()[:200])
+                if line.strip():
+                    garbage += 1
+                    if len(out.garbage) < 20:
+                        out.garbage.append(line.strip()[:200])
                 continue
             got[parsed[0]] = parsed[1]
         # Episodes step only after the round is read: a step may take a while (a shell command
@@ -288,16 +377,33 @@ def play(
                     end(ep, "no valid action from the harness")
     if proc is not None:
         finish(proc)
+    out.output = {**stats.record(), "garbage_lines": garbage}
+    if stats.long_lines or garbage > len(out.garbage):
+        out.garbage.append(f"[vtb: {garbage} garbage lines in all; {stats.long_lines} lines over "
+                           f"{MAX_LINE_BYTES} bytes dropped unread ({stats.long_bytes} bytes)]")  # fmt: skip
     return out
 
 
-def _pump(stream, q: queue.Queue) -> None:
-    try:
-        for line in stream:
-            q.put(line)
-    except (OSError, ValueError):
-        pass
-    q.put(None)
+def _pump(stream, q: queue.Queue, stats: StreamStats, stop: threading.Event) -> None:
+    """Harness stdout → `q`, line by line, bounded (bounded_lines); None at the end.
+
+    The queue is bounded too: a harness that prints faster than it is read waits on its pipe.
+    `stop` (set once its process is finished) ends a pump stuck on a full queue.
+    """
+    for line in bounded_lines(stream, stats):
+        if not _put(q, line, stop):
+            return
+    _put(q, None, stop)
+
+
+def _put(q: queue.Queue, item: str | None, stop: threading.Event) -> bool:
+    while not stop.is_set():
+        try:
+            q.put(item, timeout=0.5)
+            return True
+        except queue.Full:
+            continue
+    return False
 
 
 @dataclass

@@ -51,7 +51,7 @@ class ResearchEnv(Protocol):
 
     def feedback(self) -> Feedback: ...
 
-    def charge_agent(self, tokens: int, cost_usd: float) -> None: ...  # an LLM's tokens, to the ledger
+    def charge_agent(self, tokens: int, cost_usd: float, errors: list[str] = ()) -> None: ...  # to the ledger
 
     def note(self, entry: dict) -> None: ...  # one trajectory entry (e.g. a model call)
 

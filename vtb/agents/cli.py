@@ -21,6 +21,7 @@ from vtb.agents import ResearchEnv, TurnResult, register
 from vtb.agents.llm import price_of
 from vtb.agents.prompt import render
 from vtb.config import AgentConfig
+from vtb.ledger import MAX_ERRORS, checked
 from vtb.sandbox.base import Mount
 
 SUBMIT_MARKER = ".submit"
@@ -39,34 +40,53 @@ def fill(command: str, **values: object) -> str:
     return command
 
 
-def usage_from_output(lines: list[str], kind: str) -> tuple[int, int, float | None]:
+def usage_from_output(
+    lines: list[str], kind: str, errors: list[str] | None = None
+) -> tuple[int, int, float | None]:
     """(prompt tokens, completion tokens, cost in USD or None) as the CLI reported them on stdout.
 
     claude: `claude -p --output-format json|stream-json` ends with {"type": "result", "usage":
     {...}, "total_cost_usd": x}. codex: `codex exec --json` emits {"type": "turn.completed",
-    "usage": {...}} events. Self-reported by the agent's own tool: recorded as such.
+    "usage": {...}} events. Self-reported by the agent's own tool, so every figure goes through
+    the ledger's `checked`: a negative, non-finite or non-numeric one counts 0 (a bad cost:
+    the price table instead) and is described in `errors`.
     """
     if kind == "none":
         return 0, 0, None
+    errors = [] if errors is None else errors
     prompt = completion = 0
     cost = None
+
+    def number(value: object, name: str) -> float:
+        got, error = checked(0 if value is None else value, name)
+        if error and len(errors) < MAX_ERRORS:
+            errors.append(f"agent usage event: {error}")
+        return got
+
     for line in lines:
         try:
             event = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if not isinstance(event, dict) or not isinstance(event.get("usage"), dict):
             continue
         usage = event["usage"]
         if kind == "claude" and event.get("type") == "result":
-            prompt += sum(int(usage.get(k) or 0) for k in
-                          ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))  # fmt: skip
-            completion += int(usage.get("output_tokens") or 0)
+            for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"):
+                prompt += int(number(usage.get(k), "agent_tokens"))
+            completion += int(number(usage.get("output_tokens"), "agent_tokens"))
             if event.get("total_cost_usd") is not None:
-                cost = (cost or 0.0) + float(event["total_cost_usd"])
+                got, error = checked(event["total_cost_usd"], "agent_cost_usd")
+                if error:
+                    errors.append(f"agent usage event: {error} (priced from tokens instead)")
+                    cost = float("nan")  # marks the cost unusable: priced from the tokens
+                elif cost is None or cost == cost:
+                    cost = (cost or 0.0) + got
         elif kind == "codex" and event.get("type") == "turn.completed":
-            prompt += int(usage.get("input_tokens") or 0)
-            completion += int(usage.get("output_tokens") or 0)
+            prompt += int(number(usage.get("input_tokens"), "agent_tokens"))
+            completion += int(number(usage.get("output_tokens"), "agent_tokens"))
+    if cost is not None and cost != cost:
+        cost = None
     return prompt, completion, cost
 
 
@@ -114,8 +134,11 @@ class CLIAgent:
         out = env.run_agent(command, prompt=prompt, env={**cfg.set_env, **secrets}, allow_hosts=cfg.allow_hosts,
                             timeout_s=cfg.turn_wall_s, extra_mounts=mounts)  # fmt: skip
         stdout = [line["line"] for line in out["output"] if line["stream"] == "stdout"]
-        p, c, cost = usage_from_output(stdout, cfg.usage)
-        env.charge_agent(p + c, cost if cost is not None else price_of(cfg.prices, cfg.model, p, c))
+        errors: list[str] = []
+        p, c, cost = usage_from_output(stdout, cfg.usage, errors)
+        env.charge_agent(p + c, cost if cost is not None else price_of(cfg.prices, cfg.model, p, c), errors)
+        if errors:
+            env.note({"usage_errors": errors})
         submit = marker.exists()
         marker.unlink(missing_ok=True)
         ended = f"killed ({out['killed']})" if out["killed"] else f"exited {out['returncode']}"

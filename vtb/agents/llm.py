@@ -18,8 +18,9 @@ import time
 
 from vtb.agents import ResearchEnv, TurnResult, register
 from vtb.agents.prompt import render
-from vtb.chat import ChatClient, ChatError, usage_of
+from vtb.chat import ChatClient, ChatError
 from vtb.config import AgentConfig
+from vtb.ledger import checked
 
 MAX_TOOL_OUTPUT = 12000  # characters of a tool result shown to the model
 NUDGE = "Continue with a tool call. When your edits for this turn are done, call end_turn."
@@ -61,6 +62,24 @@ def price_of(prices: dict, model: str | None, prompt_tokens: int, completion_tok
     return (
         prompt_tokens * float(row.get("input", 0.0)) + completion_tokens * float(row.get("output", 0.0))
     ) / 1e6
+
+
+def usage_checked(body: dict) -> tuple[tuple[int, int] | None, list[str]]:
+    """((prompt, completion) tokens or None, errors): the endpoint's usage, each figure `checked`.
+
+    An endpoint (or a proxy in front of it) may answer with negative, non-finite or non-numeric
+    counts; then the call's tokens are estimated from its text instead, and the reason kept.
+    """
+    usage = body.get("usage") if isinstance(body, dict) else None
+    if not isinstance(usage, dict):
+        return None, []
+    counts, errors = [], []
+    for key in ("prompt_tokens", "completion_tokens"):
+        number, error = checked(0 if usage.get(key) is None else usage[key], "agent_tokens")
+        counts.append(int(number))
+        if error:
+            errors.append(f"endpoint usage {key}: {error}")
+    return (None if errors else (counts[0], counts[1])), errors
 
 
 def _clip(text: str) -> str:
@@ -105,13 +124,13 @@ class LLMAgent:
                 return TurnResult(done=True, notes=f"llm: the endpoint failed: {err}")
             except (KeyError, IndexError, TypeError):
                 return TurnResult(done=True, notes=f"llm: response without choices[0].message: {body!r:.200}")
-            usage = usage_of(body)
-            estimated = usage is None  # an endpoint without usage: about 4 characters per token
-            p, c = usage or (len(json.dumps(messages)) // 4, len(json.dumps(message)) // 4)
+            usage, errors = usage_checked(body)
+            estimated = usage is None  # no (valid) usage from the endpoint: about 4 characters per token
+            p, c = usage or (len(json.dumps(messages)) // 4, len(json.dumps(message, default=str)) // 4)
             tokens += p + c
-            env.charge_agent(p + c, price_of(cfg.prices, cfg.model, p, c))
+            env.charge_agent(p + c, price_of(cfg.prices, cfg.model, p, c), errors)
             env.note({"llm_call": step, "prompt_tokens": p, "completion_tokens": c, "estimated": estimated,
-                      "message": message})  # fmt: skip
+                      "message": message, **({"usage_errors": errors} if errors else {})})  # fmt: skip
             calls = message.get("tool_calls") or []
             messages.append({"role": "assistant", "content": message.get("content"),
                              **({"tool_calls": calls} if calls else {})})  # fmt: skip

@@ -18,15 +18,17 @@ import os
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import threading
 import time
 import weakref
 from pathlib import Path
 
+from vtb.ledger import checked
 from vtb.sandbox import proctree
 from vtb.sandbox.base import Limits, SandboxResult
-from vtb.sandbox.cgroup import CpuCgroup
+from vtb.sandbox.cgroup import CpuCgroup, MemoryCgroup
 from vtb.sandbox.cgroup import remove as remove_cgroup
 from vtb.sandbox.gpu import GpuMeter
 from vtb.sandbox.output import StderrCollector, read_bounded
@@ -36,20 +38,32 @@ MAX_USAGE_BYTES = 1 << 20
 
 
 def read_usage(path: Path) -> dict:
-    """The usage file the engines write, or {} when it is missing, huge or not a JSON object."""
+    """The usage file the engines write, or {} when it is missing, huge, not a plain file or not a JSON object.
+
+    Sandboxed code writes it, so it is opened without following a link or blocking on a FIFO,
+    read at most MAX_USAGE_BYTES, and its numbers are only trusted after `ledger.checked`.
+    """
     try:
-        with open(path, "rb") as f:
-            data = json.loads(f.read(MAX_USAGE_BYTES + 1)[:MAX_USAGE_BYTES])
-    except (OSError, ValueError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
         return {}
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return {}
+        raw = os.read(fd, MAX_USAGE_BYTES + 1)
+        if len(raw) > MAX_USAGE_BYTES:
+            return {}
+        data = json.loads(raw)
+    except (OSError, ValueError, RecursionError):
+        return {}
+    finally:
+        os.close(fd)
     return data if isinstance(data, dict) else {}
 
 
 def _flops(usage: dict) -> float:
-    try:
-        return float(usage.get("flops", 0.0))
-    except (TypeError, ValueError):
-        return 0.0
+    """The FLOPs reported so far, for the in-step limit; a bad figure counts 0 (the CPU cap still holds)."""
+    return checked(usage.get("flops", 0.0), "flops")[0]
 
 
 def _pidfd(pid: int) -> int | None:
@@ -77,6 +91,7 @@ class MonitoredProcess:
         cgroup: CpuCgroup | None = None,
         pids_cgroup: Path | None = None,
         gpu: GpuMeter | None = None,
+        memory: MemoryCgroup | None = None,
     ) -> None:
         self._popen = popen
         self.stdin = popen.stdin
@@ -89,6 +104,7 @@ class MonitoredProcess:
         self._cgroup = cgroup
         self._pids_cgroup = pids_cgroup
         self._gpu = gpu
+        self._memory = memory  # the sandbox's memory cgroup: an OOM kill there is killed="memory"
         self._stderr = StderrCollector(stderr_fd)
         self._lock = threading.RLock()
         self._done = threading.Event()
@@ -150,10 +166,15 @@ class MonitoredProcess:
             proctree.kill(self._last_tree)
             if self._gpu is not None:  # the last interval: charged if the tree held a GPU before it
                 self._gpu.sample({p.pid for p in self._last_tree}, self._ended or time.monotonic())
+            # Read before any cgroup is removed: on v2 the CPU and pids roles share this one.
+            if self._memory is not None and self._killed is None and self._memory.oom_killed():
+                self._killed = "memory"  # the tree went past its cap between two polls
             if self._cgroup is not None:
                 self._polled_cpu = max(self._polled_cpu, self._cgroup.close())
             if self._pids_cgroup is not None:
                 remove_cgroup(self._pids_cgroup)
+            if self._memory is not None:
+                self._memory.close()
         finally:
             if pidfd is not None:
                 os.close(pidfd)
@@ -171,7 +192,9 @@ class MonitoredProcess:
             self._polled_cpu = max(self._polled_cpu, self._cgroup.cpu_seconds())
         if self._gpu is not None:
             self._gpu.sample({p.pid for p in procs}, time.monotonic())
-        if self._polled_cpu > self._limits.cpu_seconds:
+        if self._memory is not None and self._memory.oom_killed():
+            self.kill("memory")  # v1 kills one process: the rest of the tree goes with it
+        elif self._polled_cpu > self._limits.cpu_seconds:
             self.kill("cpu")
         elif self._limits.max_processes is not None and self._over_process_cap(procs):
             self.kill("procs")

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
 from typing import IO
 
 STDERR_TAIL_BYTES = 64 * 1024
+MAX_LINE_BYTES = 1 << 20  # a longer stdout line is garbage: dropped, never held whole
+READ_CHUNK = 65536
 MAX_DENIALS = 200
 MAX_DENIAL_CHARS = 500
 
@@ -94,3 +98,87 @@ def read_bounded(stream: IO[str], max_chars: int) -> str:
     if dropped:
         head.append(f"\n[vtb: {dropped} characters of output dropped]\n")
     return "".join(head) + "".join(tail)
+
+
+@dataclass
+class StreamStats:
+    """What a bounded reader saw of one stream and what it left out (recorded with the step)."""
+
+    bytes: int = 0  # everything read
+    lines: int = 0  # lines handed on
+    long_lines: int = 0  # lines over the length bound, dropped unread
+    long_bytes: int = 0  # their bytes
+    dropped_lines: int = 0  # lines a caller did not keep (e.g. past its count or byte cap)
+
+    def record(self) -> dict:
+        return asdict(self)
+
+
+def bounded_lines(stream: IO[str], stats: StreamStats, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[str]:
+    """The lines of a sandboxed process's stdout, read in chunks straight from the pipe.
+
+    Memory stays under about `max_line_bytes` + one chunk whatever the process prints: a line
+    past the bound is skipped to its end and only counted (`stats.long_lines`). Bytes that are
+    not UTF-8 are replaced, so a caller always gets text. Reading the file descriptor (not the
+    text wrapper, which would buffer a whole line) is why the caller must not mix other reads of
+    the same stream; a stream without one (a test's StringIO) is read line by line with a limit.
+    """
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        yield from _bounded_text_lines(stream, stats, max_line_bytes)
+        return
+    partial = bytearray()
+    skipping = False
+    while True:
+        try:
+            chunk = os.read(fd, READ_CHUNK)
+        except (OSError, ValueError):
+            break
+        if not chunk:
+            break
+        stats.bytes += len(chunk)
+        start = 0
+        while start < len(chunk):
+            end = chunk.find(b"\n", start)
+            piece = chunk[start:] if end < 0 else chunk[start : end + 1]
+            start += len(piece)
+            if skipping:
+                stats.long_bytes += len(piece)
+                skipping = end < 0
+                continue
+            partial += piece
+            if len(partial) > max_line_bytes:  # too long: drop what we hold, skip to its end
+                stats.long_lines += 1
+                stats.long_bytes += len(partial)
+                partial.clear()
+                skipping = end < 0
+                continue
+            if end >= 0:
+                stats.lines += 1
+                yield partial.decode("utf-8", "replace")
+                partial.clear()
+    if partial:
+        stats.lines += 1
+        yield partial.decode("utf-8", "replace")
+
+
+def _bounded_text_lines(stream: IO[str], stats: StreamStats, max_line_bytes: int) -> Iterator[str]:
+    skipping = False
+    while True:
+        try:
+            line = stream.readline(max_line_bytes + 1)
+        except (OSError, ValueError):
+            return
+        if not line:
+            return
+        stats.bytes += len(line)
+        whole = line.endswith("\n")
+        if skipping or len(line) > max_line_bytes:
+            if not skipping:
+                stats.long_lines += 1
+            stats.long_bytes += len(line)
+            skipping = not whole
+            continue
+        stats.lines += 1
+        yield line

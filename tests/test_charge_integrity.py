@@ -1,0 +1,157 @@
+"""Budget forgery (issue 14, hole 3): no charge can be negative, non-finite or below the outside meter.
+
+The attacks: a custom trainer/train.py writes a forged FLOPs figure to its usage file (on the
+old code c34db53, {"flops": -1e14} refunded the ledger, and a string made charge_of raise), and
+a CLI agent prints a result event with negative tokens and cost (charged nothing, or less).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from tests.conftest import BACKENDS, sandbox_backend
+from vtb import runner
+from vtb.agents import Feedback, make_agent
+from vtb.agents.cli import usage_from_output
+from vtb.config import AgentConfig
+from vtb.ledger import Charge, FlopsFloor, Ledger, checked
+from vtb.research import SandboxResearchEnv
+from vtb.sandbox.base import Limits, SandboxResult
+
+FORGED = ["-1e14", "NaN", "Infinity", "1e400", '"not-a-number"', "[1, 2]", '{"a": 1}', "true", "1e40"]
+
+# Writes the forged figure where the engines write theirs, burns about a CPU-second, and leaves a
+# checkpoint, so the train step itself succeeds and is charged.
+FORGING_TRAINER = """import os, sys, time
+open(os.environ["VTB_USAGE_FILE"], "w").write('{{"flops": {value}}}')
+end = time.process_time() + 1.0
+while time.process_time() < end:
+    pass
+out = sys.argv[sys.argv.index("--out") + 1]
+os.makedirs(out)
+open(out + "/config.json", "w").write("{{}}")
+"""
+
+
+@pytest.mark.parametrize(
+    "value", [-1e14, float("nan"), float("inf"), True, "1e5", None, 10**400, -0.5, 2e27, [1]]
+)
+def test_checked_refuses_every_bad_number(value) -> None:
+    number, error = checked(value, "flops")
+    assert number == 0.0 and error and error.startswith("flops:")
+
+
+def test_checked_accepts_honest_numbers() -> None:
+    assert checked(0, "flops") == (0.0, None) and checked(3.5e12, "flops") == (3.5e12, None)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("value", FORGED)
+def test_a_forged_usage_file_is_charged_at_least_the_floor(tmp_path, backend, value) -> None:
+    sandbox = sandbox_backend(backend)
+    cand = tmp_path / "cand"
+    for part in ("data", "trainer"):
+        (cand / part).mkdir(parents=True)
+    (cand / "data" / "train.jsonl").write_text("")
+    (cand / "trainer" / "config.json").write_text("{}")
+    (cand / "trainer" / "train.py").write_text(FORGING_TRAINER.format(value=value))
+    base = tmp_path / "base"
+    base.mkdir()
+    out = runner.train(
+        sandbox, cand, base, tmp_path / "out", seed=0, limits=Limits(wall_seconds=60, cpu_seconds=60)
+    )
+    assert out.ok, out.log
+    charge = out.charge
+    assert math.isfinite(charge.flops) and 0 <= charge.flops <= 1e27  # old code: -1e14, nan, inf or a raise
+    assert charge.errors and charge.errors[0].startswith("flops:")
+    assert charge.cpu_seconds >= 0.9  # metered from outside: the forgery cannot touch it
+
+    ledger = Ledger("flops", 1e13, 3600.0, floor=FlopsFloor(cpu_rate=1e10, fraction=0.5))
+    booked = ledger.charge("train", 1, Charge(**json.loads(json.dumps(charge.__dict__))))
+    floor = 0.5 * 1e10 * charge.cpu_seconds
+    assert booked.flops == pytest.approx(floor) and booked.flops_floor == pytest.approx(floor)
+    assert booked.flops_reported == 0.0 and ledger.used() == pytest.approx(floor) and ledger.left() < 1e13
+    assert "bad charge figures: flops:" in ledger.entries[0].note
+    assert ledger.summary()["charge_errors"] >= 1
+
+
+def test_the_ledger_checks_again_and_never_goes_below_the_floor() -> None:
+    ledger = Ledger(
+        "flops", 1e12, 3600.0, floor=FlopsFloor(cpu_rate=1e9, fraction=0.1, startup_cpu_seconds=2.0)
+    )
+    ledger.charge("train", 0, Charge(flops=-5e13, cpu_seconds=12.0))  # built by hand, never checked
+    ledger.charge("play-val", 0, Charge(flops=float("nan"), cpu_seconds=float("inf"), agent_tokens=-7))
+    ledger.charge("agent", 1, Charge(flops=3e11, cpu_seconds=12.0))  # honest: above the floor
+    first, second, third = (e.charge for e in ledger.entries)
+    assert first.flops == pytest.approx(0.1 * 1e9 * 10.0) and first.flops_reported == 0.0
+    assert second.flops == 0.0 and second.cpu_seconds == 0.0 and second.agent_tokens == 0
+    assert len(second.errors) == 3
+    assert third.flops == 3e11 and third.flops_floor == pytest.approx(1e9)  # charged as reported
+    assert ledger.used() == pytest.approx(1e9 + 3e11)
+    assert all(math.isfinite(v) and v >= 0 for v in ledger.summary().values() if isinstance(v, float))
+
+
+def test_under_reporting_is_stopped_where_the_floor_runs_out() -> None:
+    """With flops as the unit, the FLOPs left are also a CPU cap (through the floor's rate)."""
+    ledger = Ledger(
+        "flops", 1e10, 3600.0, floor=FlopsFloor(cpu_rate=1e9, fraction=0.5, startup_cpu_seconds=3.0)
+    )
+    assert ledger.step_limits(step_cpu_cap=600).cpu_seconds == pytest.approx(3.0 + 1e10 / 5e8)
+    assert (
+        Ledger("flops", 1e10, 3600.0).step_limits(step_cpu_cap=600).cpu_seconds == 600
+    )  # no floor: as before
+
+
+def test_charge_of_never_raises_on_a_hostile_usage_dict() -> None:
+    for usage in ({"flops": "not-a-number"}, {"flops": None}, {"flops": [1]}, {"flops": -1.0}, {}):
+        result = SandboxResult(0, "", "", 1.0, 2.0, usage=usage)
+        charge = runner.charge_of(result)
+        assert charge.flops == 0.0 and charge.cpu_seconds == 2.0
+
+
+def test_negative_or_junk_cli_usage_is_not_credited() -> None:
+    lines = [
+        '{"type": "result", "usage": {"input_tokens": 500, "output_tokens": 20}, "total_cost_usd": 0.5}',
+        '{"type": "result", "usage": {"input_tokens": -1000000, "output_tokens": -5}, "total_cost_usd": -100}',
+        '{"type": "result", "usage": {"input_tokens": 1e400, "output_tokens": "x"}, "total_cost_usd": NaN}',
+    ]
+    errors: list[str] = []
+    prompt, completion, cost = usage_from_output(lines, "claude", errors)
+    assert (prompt, completion) == (500, 20)  # old code: -999500 and -5, or OverflowError
+    assert cost is None  # a bad cost: the price table prices the tokens instead
+    assert len(errors) == 6
+
+
+HOSTILE_CLI = """#!/bin/bash
+echo '{"type": "result", "usage": {"input_tokens": 300, "output_tokens": 10}, "total_cost_usd": 0.1}'
+echo '{"type": "result", "usage": {"input_tokens": -100000000, "output_tokens": -1}, "total_cost_usd": -50}'
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_cli_agent_cannot_refund_its_tokens(tmp_path, backend) -> None:
+    from vtb.runner import research_mounts
+
+    script = tmp_path / "cli" / "hostile-cli"
+    script.parent.mkdir()
+    script.write_text(HOSTILE_CLI)
+    script.chmod(0o755)
+    prices = {"default": {"input": 1.0, "output": 2.0}}
+    cfg = AgentConfig(name="hostile", factory="cli", command=f"{script} {{prompt_file}}",
+                      mounts=[str(script.parent)], usage="claude", prices=prices)  # fmt: skip
+    ws, data, base = tmp_path / "ws", tmp_path / "data", tmp_path / "base"
+    for d in (ws / "data", ws / "trainer", ws / "harness", data / "research", base):
+        d.mkdir(parents=True)
+    (ws / "trainer" / "config.json").write_text("{}")
+    env = SandboxResearchEnv(ws, tmp_path / "store", Feedback("math", 1, 2, 0), sandbox_backend(backend),
+                             research_mounts(ws, data, base), Limits(wall_seconds=60, cpu_seconds=60))  # fmt: skip
+    make_agent(cfg).turn(env)
+    assert env.charge.agent_tokens == 310  # old code: -99999691
+    assert env.charge.agent_cost_usd == pytest.approx((300 * 1.0 + 10 * 2.0) / 1e6)  # a bad cost: priced
+    assert any("negative" in e for e in env.charge.errors)
+    ledger = Ledger("flops", 1e13, 3600.0, floor=FlopsFloor(cpu_rate=1e9, fraction=0.1))
+    booked = ledger.charge("agent", 1, env.charge)
+    assert booked.agent_tokens == 310 and booked.agent_cost_usd > 0 and "negative" in ledger.entries[0].note
