@@ -4,7 +4,7 @@
 # (bash, git, patch, curl, Node.js for Claude Code / Codex / Gemini CLI). On one machine
 # sandbox=docker needs none of this: it runs vtb/runtime with the host's runtime mounted read-only.
 #
-# Build (a registry reachable):   docker build -f containers/research.Dockerfile -t vtb/research .
+# Build (a registry reachable):   scripts/build_images.sh stage && docker build -f containers/research.Dockerfile -t vtb/research .
 # Build offline (no registry):    scripts/build_images.sh full   (FROM the debootstrap base)
 ARG BASE=debian:bookworm-slim
 FROM ${BASE}
@@ -17,9 +17,9 @@ RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq 
     && rm -rf /var/lib/apt/lists/*
 COPY .wheels /tmp/wheels
 COPY pyproject.toml README.md /opt/vtb/
-COPY vtb /opt/vtb/vtb
-COPY flows /opt/vtb/flows
-COPY steps /opt/vtb/steps
+# Only the sandbox layout of vtb (vtb.sandbox.runtime.SANDBOX_CODE, staged by
+# scripts/build_images.sh): no generators, graders, loaders or environments in the image.
+COPY .sandbox-code/vtb /opt/vtb/vtb
 # a CA bundle the build script found (a TLS-intercepting proxy in front of PyPI) is trusted
 RUN if [ -f /tmp/wheels/ca-bundle.crt ]; then export PIP_CERT=/tmp/wheels/ca-bundle.crt; fi \
     && python3 -m venv /opt/vtb/.venv \

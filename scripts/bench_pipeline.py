@@ -53,7 +53,7 @@ def step_table(record: Path) -> None:
 def episodes_per_second(record: Path, n: int) -> None:
     from vtb import runner
     from vtb.config import TaskConfig
-    from vtb.domains import get_domain
+    from vtb.domains.registry import get_domain
     from vtb.sandbox import make_sandbox
     from vtb.sandbox.base import Limits
 

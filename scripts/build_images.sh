@@ -8,6 +8,8 @@
 #                                    Debian's packages, then `docker import` (no registry needed).
 #   scripts/build_images.sh full     base, then vtb/research and vtb/grading from containers/
 #                                    (the Python stack from PyPI), for machines without this checkout.
+#   scripts/build_images.sh stage    only .sandbox-code/vtb (the sandbox layout the images copy), for
+#                                    a manual `docker build -f containers/<image>.Dockerfile .`
 # Needs a running Docker Engine (`dockerd --iptables=false --bridge=none &` as root works here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,8 +41,22 @@ base() {
   echo "[images] vtb/debian:bookworm"
 }
 
+# The sandbox layout of the vtb package (vtb.sandbox.runtime.SANDBOX_CODE, the one list of what
+# any sandbox may see) copied to .sandbox-code/vtb: the images get that and nothing else of the
+# project (no generators, graders, loaders, environments, configs, flows or steps).
+stage_sandbox_code() {
+  rm -rf .sandbox-code && mkdir -p .sandbox-code/vtb
+  PYTHONPATH=. "${PYTHON:-python3}" -c 'from vtb.sandbox.runtime import SANDBOX_CODE; print("\n".join(SANDBOX_CODE))' |
+    while read -r rel; do
+      mkdir -p ".sandbox-code/vtb/$(dirname "$rel")"
+      cp -r "vtb/$rel" ".sandbox-code/vtb/$rel"
+    done
+  find .sandbox-code -name __pycache__ -prune -exec rm -rf {} +
+}
+
 full() {
   base
+  stage_sandbox_code
   # Local wheels (TORCH_WHEEL, or a CPU torch build in /opt/wheels) go into the build context;
   # the builds use the host's network (dockerd may run without a bridge) to reach PyPI.
   mkdir -p .wheels
@@ -59,5 +75,6 @@ case "$what" in
   runtime) runtime ;;
   base) base ;;
   full) runtime; full ;;
-  *) echo "usage: $0 [runtime|base|full]" >&2; exit 2 ;;
+  stage) stage_sandbox_code ;;
+  *) echo "usage: $0 [runtime|base|full|stage]" >&2; exit 2 ;;
 esac

@@ -59,7 +59,7 @@ def main() -> int:
 
     from vtb import pipeline, runner
     from vtb.config import BenchConfig, DeepSpeedConfig, ModelConfig, SandboxConfig, TaskConfig, TrainerConfig
-    from vtb.domains import get_domain
+    from vtb.domains.registry import get_domain
     from vtb.engine.select import engine_env
     from vtb.sandbox.base import Limits
 

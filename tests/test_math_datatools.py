@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from vtb.domains.math.datatools import PROMPT_TEMPLATE, safe_eval, to_sft_row, verify
 from vtb.domains.math.generator import corrupt, generate_problems, strip_annotations
+from vtb.domains.math.kit.datatools import PROMPT_TEMPLATE, safe_eval, to_sft_row, verify
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_cli(*args: str) -> str:
     proc = subprocess.run(
-        [sys.executable, "-m", "vtb.domains.math.datatools", *args],
+        [sys.executable, "-m", "vtb.domains.math.kit.datatools", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

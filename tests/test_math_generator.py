@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from vtb.domains.math import generator
-from vtb.domains.math.datatools import safe_eval, verify
+from vtb.domains.math.kit.datatools import safe_eval, verify
 from vtb.domains.math.generator import (
     NUMBER_MAX,
     TOKEN_RE,

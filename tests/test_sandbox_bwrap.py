@@ -23,6 +23,7 @@ from vtb.sandbox import bwrap as bw
 from vtb.sandbox import cgroup as cgroups
 from vtb.sandbox.base import SandboxStartError
 from vtb.sandbox.output import StderrCollector, read_bounded
+from vtb.sandbox.runtime import SANDBOX_CODE
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
 LIMITS = Limits(wall_seconds=30, cpu_seconds=30)
@@ -61,7 +62,8 @@ def test_runtime_mounts_are_read_only_and_never_the_repo():
     mounts = runtime_mounts()
     targets = {m.target for m in mounts}
     vtb_dir = str(Path(vtb.__file__).resolve().parent)
-    assert vtb_dir in targets and str(Path(vtb_dir).parent) not in targets
+    assert vtb_dir not in targets and str(Path(vtb_dir).parent) not in targets  # only the layout
+    assert {f"{vtb_dir}/{rel}" for rel in SANDBOX_CODE} <= targets
     assert not any(m.writable for m in mounts)
     assert all(m.target == str(m.source) for m in mounts)
     for prefix in (sys.prefix, sys.base_prefix):

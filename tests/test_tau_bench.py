@@ -53,7 +53,7 @@ def test_greedy_edits_all_three_parts_of_a_tau_system(tau_run):
         edited.update(entry["edits"])
     assert {"harness", "data", "trainer"} <= set(edited)
     trajectories = "".join(p.read_text() for p in (run_dir / "trajectories").glob("*.json"))
-    assert "vtb.domains.tau.datatools demos" in trajectories  # the data edit ran as a sandboxed command
+    assert "vtb.domains.tau.kit.datatools demos" in trajectories  # the data edit ran as a sandboxed command
     assert (run_dir / "submission" / "harness" / "harness.py").exists()
     report = (run_dir / "report.md").read_text()
     assert "pass^2" in report and "by template" in report

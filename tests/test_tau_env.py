@@ -17,10 +17,12 @@ from pathlib import Path
 import pytest
 
 from vtb.config import TaskConfig
-from vtb.domains.tau import datatools, expert, prompting
+from vtb.domains.tau import demos as datatools
+from vtb.domains.tau import expert
 from vtb.domains.tau.db import make_db
 from vtb.domains.tau.domain import TauDomain
 from vtb.domains.tau.env import MAX_STEPS, TauEpisode, pass_hat_k
+from vtb.domains.tau.kit import prompting
 from vtb.domains.tau.tasks import TEMPLATES, make_tasks, replay
 from vtb.domains.tau.tools import WRITE_TOOLS, hash_db
 from vtb.domains.tau.user import STOP, ScriptedUser
@@ -569,7 +571,10 @@ def test_the_research_side_sees_no_val_answers(provisioned):
     for t in hidden_val + domain.split(out, "test"):
         assert t["instruction"] not in research_text
     assert sorted(p.name for p in (out / "research").iterdir()) == [
-        "db.json", "policy.md", "pool.jsonl", "tools.json", "val.jsonl"]  # fmt: skip
+        "db.json", "demos.jsonl", "policy.md", "pool.jsonl", "tools.json", "val.jsonl"]  # fmt: skip
+    pool_ids = {t["id"] for t in domain.split(out, "pool")}
+    bank = [json.loads(line) for line in (out / "research" / "demos.jsonl").read_text().splitlines()]
+    assert bank and {d["task_id"] for d in bank} == pool_ids  # demonstrations of train tasks only
 
 
 def test_every_hidden_task_replays_its_gold_actions(provisioned):

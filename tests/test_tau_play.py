@@ -16,6 +16,7 @@ import pytest
 
 from vtb import runner
 from vtb.config import TaskConfig
+from vtb.domains.tau import expert
 from vtb.domains.tau.domain import TauDomain
 from vtb.sandbox import make_sandbox
 from vtb.sandbox.base import Limits
@@ -28,7 +29,7 @@ TASK = TaskConfig(name="tau", n_users=20, n_pool=24, n_val=8, n_test=16, trials=
 ORACLE = """
 import json
 from pathlib import Path
-from vtb.domains.tau.expert import plan
+from expert import plan  # a copy next to the harness: the sandbox does not mount vtb.domains.tau.expert
 from vtb.protocol import serve
 
 GOLD = {t["id"]: t for t in json.loads((Path(__file__).parent / "gold.json").read_text())}
@@ -81,6 +82,7 @@ def _play(tmp_path: Path, data_dir: Path, code: str):
     harness.mkdir()
     (harness / "harness.py").write_text(code)
     (harness / "gold.json").write_text(json.dumps(domain.split(data_dir, "test")))
+    (harness / "expert.py").write_text(Path(expert.__file__).read_text())
     model = tmp_path / "model"
     model.mkdir()
     episodes = domain.episodes(data_dir, "test", TASK)

@@ -16,8 +16,8 @@ import pytest
 
 from tests.conftest import BACKENDS
 from vtb.config import TaskConfig
-from vtb.domains.terminal import datatools
 from vtb.domains.terminal.domain import TerminalDomain
+from vtb.domains.terminal.kit import datatools
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (scripts/install.sh)")
 

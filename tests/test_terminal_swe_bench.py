@@ -56,7 +56,7 @@ def test_terminal_run_grades_every_system_with_hidden_tests(tmp_path_factory, pr
     sample = grading["submitted"]["samples"][0]
     assert sample["tests"] and "history" in sample  # the hidden tests ran after the episode
     assert {"harness", "data", "trainer"} <= _edited_parts(run_dir)
-    assert "vtb.domains.terminal.datatools from-pool" in "".join(
+    assert "vtb.domains.terminal.kit.datatools from-pool" in "".join(
         p.read_text() for p in (run_dir / "trajectories").glob("*.json")
     )
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from vtb.domains.math.datatools import read_jsonl, write_jsonl
-from vtb.domains.swe import datatools as swe_tools
+from vtb.domains.kit.jsonl import read_jsonl, write_jsonl
 from vtb.domains.swe import generator as swe_gen
-from vtb.domains.swe import prompting as swe_prompting
-from vtb.domains.terminal import datatools as term_tools
+from vtb.domains.swe.kit import datatools as swe_tools
+from vtb.domains.swe.kit import prompting as swe_prompting
 from vtb.domains.terminal import generator as term_gen
+from vtb.domains.terminal.kit import datatools as term_tools
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +68,7 @@ def test_swe_fuzzy_edit_repairs_a_mis_copied_line_and_plain_does_not():
 
 
 def test_terminal_grounding_snaps_unnamed_paths_to_the_instructions_and_leaves_named_ones():
-    from vtb.domains.terminal.prompting import ground_paths
+    from vtb.domains.terminal.kit.prompting import ground_paths
 
     instruction = "Count the lines in /app/db.log that contain PANIC and write the number to /app/paths.txt."
     assert ground_paths("grep -c 'PANIC' /app/server.log > /app/names.txt", instruction) == (

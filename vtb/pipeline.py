@@ -16,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from vtb.config import BenchConfig, ModelConfig, SandboxConfig, TaskConfig
-from vtb.domains import get_domain
+from vtb.domains.registry import get_domain
 from vtb.hashing import hash_dir, hash_file, hash_json
 from vtb.sandbox import make_sandbox, runtime_mounts
 from vtb.sandbox.base import Limits, Mount

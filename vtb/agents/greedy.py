@@ -17,7 +17,7 @@ from vtb.agents import ResearchEnv, TurnResult, register
 from vtb.config import AgentConfig
 
 DOMAINS = Path(__file__).resolve().parents[1] / "domains"
-MATH_HARNESSES = DOMAINS / "math" / "harnesses"
+MATH_HARNESSES = DOMAINS / "math" / "kit" / "harnesses"
 
 
 @dataclass
@@ -30,7 +30,7 @@ class Proposal:
 
 def _from_pool(n: int) -> Callable[[ResearchEnv, int], None]:
     def apply(env: ResearchEnv, seed: int) -> None:
-        cmd = f"python -m vtb.domains.math.datatools from-pool /data/pool.jsonl data/train.jsonl --n {n} --seed {seed}"
+        cmd = f"python -m vtb.domains.math.kit.datatools from-pool /data/pool.jsonl data/train.jsonl --n {n} --seed {seed}"
         result = env.run(cmd)
         if result["returncode"] != 0:
             raise RuntimeError(f"data edit failed: {result['stderr'][-500:]}")
@@ -42,7 +42,7 @@ def _demos(n: int) -> Callable[[ResearchEnv, int], None]:
     """Replace the demonstrations with n fresh expert ones of train tasks, then re-render the SFT rows."""
 
     def apply(env: ResearchEnv, seed: int) -> None:
-        tool = "python -m vtb.domains.tau.datatools"
+        tool = "python -m vtb.domains.tau.kit.datatools"
         cmd = (f"{tool} demos --n {n} --seed {seed} --out data/trajectories.jsonl && "
                f"{tool} check data/trajectories.jsonl && {tool} sft data/trajectories.jsonl data/train.jsonl")  # fmt: skip
         result = env.run(cmd)
@@ -56,7 +56,7 @@ def _rows_from_pool(domain: str, n: int) -> Callable[[ResearchEnv, int], None]:
     """Replace the SFT rows with n rows made from train tasks' reference solutions."""
 
     def apply(env: ResearchEnv, seed: int) -> None:
-        tool = f"python -m vtb.domains.{domain}.datatools"
+        tool = f"python -m vtb.domains.{domain}.kit.datatools"
         cmd = f"{tool} from-pool /data/pool.jsonl data/train.jsonl --n {n} --seed {seed} && {tool} check data/train.jsonl"
         result = env.run(cmd)
         if result["returncode"] != 0:
@@ -67,7 +67,7 @@ def _rows_from_pool(domain: str, n: int) -> Callable[[ResearchEnv, int], None]:
 
 def _harness(name: str, domain: str = "math", **overrides) -> Callable[[ResearchEnv, int], None]:
     def apply(env: ResearchEnv, seed: int) -> None:
-        src = DOMAINS / domain / "harnesses" / name
+        src = DOMAINS / domain / "kit" / "harnesses" / name
         env.write_file("harness/harness.py", (src / "harness.py").read_text())
         config = json.loads((src / "config.json").read_text()) | overrides
         env.write_file("harness/config.json", json.dumps(config, indent=2) + "\n")

@@ -1,78 +1,19 @@
-"""Domains: each provides its data splits, its initial and reference systems and its scorer.
+"""The benchmark's domains (math, tau, terminal, swe), split by who may see the code.
 
-A domain object is the orchestrator-side half of a task: it holds test labels and rewards,
-so it is only ever used outside the sandboxes.
+Each `vtb/domains/<domain>/` holds the orchestrator-side half of a task (generators, graders,
+loaders, environments, user simulators: everything that knows test labels or can rebuild a
+split) and one `kit/` folder, the only domain code a sandbox mounts: data tools, prompting
+helpers and the shipped harnesses. `vtb/domains/kit/` holds what the kits share. The list of
+sandbox-visible paths is `vtb.sandbox.runtime.SANDBOX_CODE`; `vtb.domains.registry` picks a
+domain by name (orchestrator only).
+
+This file and every `<domain>/__init__.py` import nothing at import time, so a sandbox can import a kit
+without the orchestrator's modules being there.
 """
 
-from __future__ import annotations
 
-from pathlib import Path
-from typing import Protocol
+def get_domain(name: str):
+    """Orchestrator only: `vtb.domains.registry.get_domain` (not mounted in sandboxes), for old importers."""
+    from vtb.domains.registry import get_domain as get
 
-from vtb.config import TaskConfig, TrainerConfig
-from vtb.runner import Episode
-from vtb.sandbox.base import Sandbox
-
-
-class Domain(Protocol):
-    name: str
-
-    def provision(self, task: TaskConfig, out: Path) -> dict:
-        """Write research/ (what the research sandbox may see) and hidden/ (test labels) under out."""
-        ...
-
-    def tokenizer_spec(self, task: TaskConfig, data_dir: Path) -> dict:
-        """What the tiny model's tokenizer must cover: {"words", "number_max", "mode", optional "min_positions"}."""
-        ...
-
-    def pretraining_texts(self, task: TaskConfig, data_dir: Path, n: int, seed: int) -> list[str]: ...
-
-    def write_initial_system(
-        self, ws: Path, task: TaskConfig, trainer: TrainerConfig, data_dir: Path
-    ) -> None: ...
-
-    def write_reference_system(self, ws: Path, task: TaskConfig, data_dir: Path) -> None: ...
-
-    def split(self, data_dir: Path, name: str) -> list[dict]: ...
-
-    def episodes(
-        self, data_dir: Path, split: str, task: TaskConfig, sandbox: Sandbox | None = None
-    ) -> list[ScoredEpisode]:
-        """The split's episodes (orchestrator side: environment, user simulator, reward).
-
-        `sandbox` runs what an episode executes on the agent's behalf (shell commands, patches,
-        hidden tests); domains that execute nothing ignore it.
-        """
-        ...
-
-    def metrics(self, episodes: list[ScoredEpisode], task: TaskConfig) -> dict:
-        """Split-level figures beyond the mean reward (e.g. pass^k)."""
-        ...
-
-
-class ScoredEpisode(Episode, Protocol):
-    def reward(self) -> float: ...
-
-    def record(self) -> dict:
-        """A JSON-able account of the episode for the run record (no hidden labels needed to read it)."""
-        ...
-
-
-def get_domain(name: str) -> Domain:
-    if name == "math":
-        from vtb.domains.math.domain import MathDomain
-
-        return MathDomain()
-    if name == "tau":
-        from vtb.domains.tau.domain import TauDomain
-
-        return TauDomain()
-    if name == "terminal":
-        from vtb.domains.terminal.domain import TerminalDomain
-
-        return TerminalDomain()
-    if name == "swe":
-        from vtb.domains.swe.domain import SweDomain
-
-        return SweDomain()
-    raise ValueError(f"unknown task {name!r}; available: math, tau, terminal, swe (set task=<name>)")
+    return get(name)

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from vtb.config import TaskConfig, TrainerConfig
-from vtb.domains.math.datatools import read_jsonl, write_jsonl
+from vtb.domains.kit.jsonl import read_jsonl, write_jsonl
 from vtb.domains.math.domain import trainer_dict
 
 

@@ -1,8 +1,10 @@
-"""What every sandbox needs to run programs: system dirs, the Python runtime and `vtb`, read-only.
+"""What every sandbox needs to run programs: system dirs, the Python runtime and the sandbox layout of `vtb`.
 
-A sandbox root starts EMPTY; only these and the caller's own mounts are visible. The
-repository itself is never mounted, only its `vtb` package directory, so run records
-(`runs/`), configs and anything else next to the package stay out of reach of sandboxed code.
+A sandbox root starts EMPTY; only these and the caller's own mounts are visible, read-only.
+Of the repository only the paths in `SANDBOX_CODE` are mounted (each at its host path), so run
+records (`runs/`), configs, generators, graders, loaders, environments and user simulators stay
+out of reach of sandboxed code: a research command cannot import the generator and rebuild the
+test split, nor read a grader's answers.
 """
 
 from __future__ import annotations
@@ -23,6 +25,40 @@ SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc")
 # /etc/shadow) would stay readable without these masks.
 MASKED_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/security/opasswd")
 MASKED_DIRS = ("/etc/ssh", "/etc/ssl/private")
+
+
+# The sandbox layout of the `vtb` package, relative to it: the ONLY project code any sandbox
+# (research, train, harness play, grading, shell tasks) sees, here and in the docker images
+# (containers/*.Dockerfile copy the same list, staged by scripts/build_images.sh). A folder is
+# mounted whole; everything not listed (vtb/config.py, runner, pipeline, the domains'
+# generators, graders, loaders, environments) does not exist inside.
+DOMAINS = ("math", "tau", "terminal", "swe")
+SANDBOX_CODE: tuple[str, ...] = (
+    "__init__.py",
+    "protocol.py",  # the harness protocol
+    "engine",  # trainers (vtb.engine.sft, ds_launch) and inference engines
+    "models",  # vtb.models.build (the tiny base model is built in a sandbox)
+    "sandbox/__init__.py",  # `python -m vtb.sandbox.egress`, the CLI agent's in-sandbox bridge ...
+    "sandbox/base.py",  # ... and what its package imports (no backend, no secrets)
+    "sandbox/runtime.py",
+    "sandbox/egress.py",
+    "domains/__init__.py",  # import-free (vtb.domains.registry is orchestrator-only)
+    "domains/kit",  # what the kits share
+    *(f"domains/{d}/{part}" for d in DOMAINS for part in ("__init__.py", "kit")),
+)
+
+
+def sandbox_code() -> list[str]:
+    """Absolute host paths of `SANDBOX_CODE` in this checkout (resolved, so links cannot widen it)."""
+    root = Path(vtb.__file__).resolve().parent
+    paths = [os.path.realpath(root / rel) for rel in SANDBOX_CODE]
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+        raise FileNotFoundError(f"sandbox layout paths missing from the checkout: {missing}")
+    outside = [p for p in paths if not is_inside(p, str(root))]
+    if outside:
+        raise ValueError(f"sandbox layout paths resolve outside the vtb package: {outside}")
+    return paths
 
 
 def is_inside(path: str, parent: str) -> bool:
@@ -54,17 +90,24 @@ def system_symlinks() -> list[tuple[str, str]]:
 @functools.cache
 def _runtime_paths() -> tuple[str, ...]:
     paths = list(_layout()[1])
-    vtb_dir = str(Path(vtb.__file__).resolve().parent)
-    for extra in (sys.base_prefix, sys.prefix, vtb_dir):
+    for extra in (sys.base_prefix, sys.prefix):
         resolved = os.path.realpath(extra)
         # A prefix inside an already-mounted dir (a system Python under /usr) needs no mount.
         if not any(is_inside(resolved, p) for p in paths):
             paths.append(resolved)
-    return tuple(paths)
+    root = str(Path(vtb.__file__).resolve().parent)
+    if any(is_inside(root, p) for p in paths):
+        # A non-editable install puts the whole package (generators too) in site-packages,
+        # which the runtime mounts: refuse rather than expose it.
+        raise RuntimeError(
+            f"the vtb package at {root} lies inside a mounted runtime dir, so a sandbox would see all "
+            "of it; install the checkout editable (pip install -e .) or use the docker images"
+        )
+    return (*paths, *sandbox_code())
 
 
 def runtime_mounts() -> list[Mount]:
-    """Read-only mounts for system dirs, the Python runtime (base + venv) and the `vtb` package.
+    """Read-only mounts for system dirs, the Python runtime (base + venv) and `SANDBOX_CODE`.
 
     A fresh list each call, so callers can append their own mounts (workspace rw, base model
     ro, data ro, ...). Each path appears at its own location, so interpreter paths, venv

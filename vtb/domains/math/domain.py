@@ -12,10 +12,11 @@ import shutil
 from pathlib import Path
 
 from vtb.config import TaskConfig, TrainerConfig
-from vtb.domains.math import datatools, generator, loaders
+from vtb.domains.math import generator, loaders
 from vtb.domains.math.env import MathEnv, MathEpisode
+from vtb.domains.math.kit import datatools
 
-HARNESSES = Path(__file__).parent / "harnesses"
+HARNESSES = Path(__file__).parent / "kit" / "harnesses"
 
 # The best choices we know for the embedded miniature (the reference row of the summary).
 REFERENCE_TRAINER = {"method": "full", "lr": 3e-3, "epochs": 3, "batch_size": 32, "lr_schedule": "cosine"}
@@ -31,7 +32,7 @@ WORKSPACE_README = """# Workspace of the agent system (math)
 - harness/harness.py  inference-time program speaking the JSON-lines protocol (vtb/protocol.py);
   the model is at $VTB_MODEL_DIR.
 - /data/pool.jsonl (GSM8K schema train pool), /data/val.jsonl (validation split), /base (base model).
-- Data tools: python -m vtb.domains.math.datatools {check,clean,from-pool,merge} --help
+- Data tools: python -m vtb.domains.math.kit.datatools {check,clean,from-pool,merge} --help
 """
 
 

@@ -18,6 +18,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from vtb.domains.math.kit.datatools import strip_annotations  # noqa: F401  (re-exported for the domain)
+
 NUMBER_MAX = 999
 TOKEN_RE = re.compile(r"\d+|[A-Za-z]+|<<|>>|####|[^\sA-Za-z\d]")
 
@@ -330,14 +332,6 @@ def pretraining_texts(seed: int, n: int, exclude: set[str]) -> list[str]:
     if len(texts) < n:
         raise ValueError(f"only {len(texts)} of {n} pre-training texts avoid the excluded strings")
     return texts
-
-
-ANNOTATION_RE = re.compile(r"<<[^<>]*>>")
-
-
-def strip_annotations(answer: str) -> str:
-    """GSM8K 'direct' format: the same solution without the <<expr=value>> calculator blocks."""
-    return ANNOTATION_RE.sub("", answer)
 
 
 _FINAL_RE = re.compile(r"####\s*(-?[\d,]*\.?\d+)\s*$")

@@ -16,24 +16,25 @@ from pathlib import Path
 
 from vtb.config import TaskConfig
 from vtb.domains import common
-from vtb.domains.swe import datatools, generator, grading, prompting
+from vtb.domains.swe import generator, grading
 from vtb.domains.swe.env import SweEpisode
+from vtb.domains.swe.kit import datatools, prompting
 
-HARNESSES = Path(__file__).parent / "harnesses"
+HARNESSES = Path(__file__).parent / "kit" / "harnesses"
 REFERENCE_TRAINER = {"method": "full", "lr": 3e-3, "epochs": 6, "batch_size": 16, "lr_schedule": "cosine"}
 REFERENCE_ROWS = 500
 
 WORKSPACE_README = """# Workspace of the agent system (swe: fix a bug in a small Python repository)
 
 - data/train.jsonl  SFT rows {"prompt": "issue: ...\\nfile: <path>\\n<function lines>\\nfix: ",
-  "completion": "<old line> => <new line>\\n"} (vtb/domains/swe/prompting.py).
+  "completion": "<old line> => <new line>\\n"} (vtb/domains/swe/kit/prompting.py).
 - trainer/config.json  settings of vtb.engine.sft (see the math README for the fields).
 - harness/harness.py  the agent: speaks the JSON-lines protocol (vtb/protocol.py). The start
   message carries the problem statement and the repository's files; it answers
   {"type": "patch", "patch": "<unified diff>"}. Model at $VTB_MODEL_DIR.
 - /data/pool.jsonl  train instances in the SWE-bench schema (with patch, test_patch, FAIL_TO_PASS,
   PASS_TO_PASS, files, fix); /data/val.jsonl  val instance ids and bug templates only.
-- Data tools: python -m vtb.domains.swe.datatools {from-pool,check,clean} --help
+- Data tools: python -m vtb.domains.swe.kit.datatools {from-pool,check,clean} --help
 """
 
 

@@ -21,9 +21,11 @@ TEST_LIMITS = Limits(wall_seconds=20, cpu_seconds=20, memory_mb=2048, max_proces
 
 class SweEpisode(SingleTurn):
     def __init__(self, instance: dict, sandbox: Sandbox, scratch: Path, model_name: str = "vtb-system"):
+        # No instance_id in the observation: it names the split (and a real instance); the
+        # orchestrator renames the episode to an opaque id before the harness sees it.
         start = {"type": "start", "episode": instance["instance_id"], "domain": "swe", "observation": {
-            "instance_id": instance["instance_id"], "repo": instance["repo"],
-            "problem_statement": instance["problem_statement"], "files": instance["files"]}}  # fmt: skip
+            "repo": instance["repo"], "problem_statement": instance["problem_statement"],
+            "files": instance["files"]}}  # fmt: skip
         super().__init__(start)
         self.instance, self.sandbox, self.scratch, self.model_name = instance, sandbox, scratch, model_name
         self._graded = BackgroundGrade(self._grade)

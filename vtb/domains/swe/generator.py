@@ -25,7 +25,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from vtb.domains.swe.patching import GIT_ENV, diff_from_edit, file_diff
+from vtb.domains.swe.kit.diffs import diff_from_edit, file_diff
+from vtb.domains.swe.patching import GIT_ENV
 
 BUGS = [
     "off_by_one",

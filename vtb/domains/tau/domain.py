@@ -14,14 +14,16 @@ from pathlib import Path
 
 from vtb.config import TaskConfig, TrainerConfig
 from vtb.domains import common
-from vtb.domains.math.datatools import read_jsonl, write_jsonl
+from vtb.domains.kit.jsonl import read_jsonl, write_jsonl
 from vtb.domains.math.domain import trainer_dict
-from vtb.domains.tau import datatools, prompting, tasks, tools, user
 from vtb.domains.tau import db as dbgen
+from vtb.domains.tau import demos as demotools
+from vtb.domains.tau import tasks, tools, user
 from vtb.domains.tau.env import TauEpisode, pass_hat_k
+from vtb.domains.tau.kit import datatools, prompting
 
 HERE = Path(__file__).parent
-HARNESSES = HERE / "harnesses"
+HARNESSES = HERE / "kit" / "harnesses"
 POLICY = (HERE / "policy.md").read_text()
 
 REFERENCE_TRAINER = {"method": "full", "lr": 3e-3, "epochs": 10, "batch_size": 8, "lr_schedule": "cosine",
@@ -40,10 +42,11 @@ WORKSPACE_README = """# Workspace of the agent system (tau: retail customer serv
 - harness/harness.py  the agent: speaks the JSON-lines protocol (vtb/protocol.py); each message
   carries the conversation so far, start messages also the tool schemas and the policy. It answers
   with {"type": "tool_call", "name", "arguments"} or {"type": "message", "content"}.
-  The model is at $VTB_MODEL_DIR. Prompt format and parsing: vtb/domains/tau/prompting.py.
+  The model is at $VTB_MODEL_DIR. Prompt format and parsing: vtb/domains/tau/kit/prompting.py.
 - /data/pool.jsonl  train tasks (tau-bench Task schema, with gold actions); /data/db.json the retail
-  database; /data/policy.md; /data/tools.json; /data/val.jsonl  val task ids and templates only.
-- Data tools: python -m vtb.domains.tau.datatools {demos,check,clean,sft} --help
+  database; /data/policy.md; /data/tools.json; /data/val.jsonl  val task ids and templates only;
+  /data/demos.jsonl  expert demonstrations of every train task (clean and flawed, with rewards).
+- Data tools: python -m vtb.domains.tau.kit.datatools {demos,check,clean,sft} --help
 """
 
 
@@ -71,6 +74,7 @@ class TauDomain:
         write_jsonl(research / "val.jsonl", [{"id": t["id"], "template": t.get("template")} for t in val])
         write_jsonl(hidden / "val.jsonl", val)
         write_jsonl(hidden / "test.jsonl", test)
+        demotools.write_bank(research / "demos.jsonl", pool, db)
         return {"pool": len(pool), "val": len(val), "test": len(test), "users": len(db["users"]),
                 "orders": len(db["orders"])}  # fmt: skip
 
@@ -87,8 +91,12 @@ class TauDomain:
         """Expert conversations of every train task (a few trials each); made once per data dir."""
         key = (str(data_dir), trials)
         if getattr(self, "_demo_cache", (None,))[0] != key:
-            pool, db = self.split(data_dir, "pool"), self.db(data_dir)
-            demos = [datatools.play_demo(t, db, trial) for trial in range(trials) for t in pool]
+            bank = read_jsonl(data_dir / "research" / "demos.jsonl")  # clean trials first (demos.bank)
+            demos = [d for d in bank if d.get("flaw") is None and d["trial"] < trials]
+            if trials > demotools.BANK_TRIALS:
+                pool, db = self.split(data_dir, "pool"), self.db(data_dir)
+                demos += [demotools.play_demo(t, db, trial) for trial in range(demotools.BANK_TRIALS, trials)
+                          for t in pool]  # fmt: skip
             self._demo_cache = (key, demos)
         return self._demo_cache[1]
 
@@ -115,7 +123,7 @@ class TauDomain:
     ) -> None:
         """A few demonstrations, some flawed; the configured trainer; the plain harness."""
         pool = self.split(data_dir, "pool")
-        demos = datatools.make_demos(pool, self.db(data_dir), task.initial_data_size, seed=task.data_seed,
+        demos = demotools.make_demos(pool, self.db(data_dir), task.initial_data_size, seed=task.data_seed,
                                      flawed=task.initial_noise)  # fmt: skip
         self._write(
             ws, demos, trainer_dict(trainer) | {"max_length": max(trainer.max_length, MIN_POSITIONS)}, "plain"
@@ -123,7 +131,7 @@ class TauDomain:
 
     def write_reference_system(self, ws: Path, task: TaskConfig, data_dir: Path) -> None:
         pool = self.split(data_dir, "pool")
-        demos = datatools.make_demos(pool, self.db(data_dir), REFERENCE_DEMOS, seed=task.data_seed + 1)
+        demos = demotools.make_demos(pool, self.db(data_dir), REFERENCE_DEMOS, seed=task.data_seed + 1)
         self._write(ws, demos, REFERENCE_TRAINER, "repair")
 
     def _write(self, ws: Path, demos: list[dict], trainer: dict, harness: str) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import random
 
-from vtb.domains.tau.tools import WRITE_TOOLS
+from vtb.domains.tau.kit.schemas import WRITE_TOOLS
 
 FLAWS = ["wrong_id", "skip_write", "wrong_tool"]
 VERBS = {

@@ -14,10 +14,11 @@ from pathlib import Path
 
 from vtb.config import TaskConfig
 from vtb.domains import common
-from vtb.domains.terminal import datatools, generator, taskdir
+from vtb.domains.terminal import generator, taskdir
 from vtb.domains.terminal.env import TerminalEpisode, pass_at_k
+from vtb.domains.terminal.kit import datatools
 
-HARNESSES = Path(__file__).parent / "harnesses"
+HARNESSES = Path(__file__).parent / "kit" / "harnesses"
 REFERENCE_TRAINER = {"method": "full", "lr": 3e-3, "epochs": 4, "batch_size": 16, "lr_schedule": "cosine"}
 REFERENCE_ROWS = 800
 VOCAB_TASKS = 3000  # generated tasks whose words make the tokenizer's vocabulary
@@ -32,7 +33,7 @@ WORKSPACE_README = """# Workspace of the agent system (terminal: shell tasks, gr
   Each episode has its own shell in a fresh sandbox, rooted at /app. Model at $VTB_MODEL_DIR.
 - /data/pool.jsonl  train tasks (instruction, files, solution, tests); /data/tasks/<id>/ the same
   as Terminal-Bench folders; /data/val.jsonl  val task ids and templates only.
-- Data tools: python -m vtb.domains.terminal.datatools {from-pool,check,clean} --help
+- Data tools: python -m vtb.domains.terminal.kit.datatools {from-pool,check,clean} --help
 """
 
 

@@ -60,8 +60,9 @@ class TerminalEpisode:
 
     # --- runner.Episode ---------------------------------------------------------------------
     def message(self, fresh: bool) -> dict:
+        # No trial number: test and validation run different numbers of trials, so it would tell them apart.
         observation = {"instruction": self.task["instruction"], "history": self.history,
-                       "max_steps": self.max_steps, "trial": self.trial}  # fmt: skip
+                       "max_steps": self.max_steps}  # fmt: skip
         return {"type": "start" if fresh else "observation", "episode": self.id, "domain": "terminal",
                 "observation": observation}  # fmt: skip
 

@@ -9,7 +9,7 @@ import json
 import os
 from pathlib import Path
 
-from vtb.domains.swe import prompting
+from vtb.domains.swe.kit import prompting
 from vtb.engine.select import open_engine
 from vtb.protocol import serve
 

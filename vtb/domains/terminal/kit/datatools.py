@@ -1,8 +1,8 @@
 """Data tools for terminal systems, usable by research agents inside their sandbox.
 
-    python -m vtb.domains.terminal.datatools from-pool /data/pool.jsonl data/train.jsonl --n 800
-    python -m vtb.domains.terminal.datatools check data/train.jsonl --pool /data/pool.jsonl
-    python -m vtb.domains.terminal.datatools clean data/train.jsonl data/clean.jsonl --pool /data/pool.jsonl
+    python -m vtb.domains.terminal.kit.datatools from-pool /data/pool.jsonl data/train.jsonl --n 800
+    python -m vtb.domains.terminal.kit.datatools check data/train.jsonl --pool /data/pool.jsonl
+    python -m vtb.domains.terminal.kit.datatools clean data/train.jsonl data/clean.jsonl --pool /data/pool.jsonl
 
 Rows are SFT rows {"prompt", "completion"} in the prompting.py format, with the task's id. A
 row is correct when its command is the train task's reference solution (solution.sh).
@@ -13,8 +13,8 @@ from __future__ import annotations
 import random
 import sys
 
-from vtb.domains import rowtools
-from vtb.domains.terminal import prompting
+from vtb.domains.kit import rowtools
+from vtb.domains.terminal.kit import prompting
 
 FLAWS = ("wrong_value", "other_template", "truncated")
 
@@ -68,7 +68,7 @@ def _index(pool: list[dict]) -> dict[str, dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return rowtools.run_cli(argv, prog="python -m vtb.domains.terminal.datatools", doc=__doc__, make_rows=make_rows, index=_index,
+    return rowtools.run_cli(argv, prog="python -m vtb.domains.terminal.kit.datatools", doc=__doc__, make_rows=make_rows, index=_index,
                             is_correct=is_correct, default_n=800, gold="reference command")  # fmt: skip
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from vtb.domains.swe import patching
+from vtb.domains.swe.kit import diffs
 
 ARROW = " => "
 MAX_LINES = 14  # lines of the located function shown to the model
@@ -120,4 +120,4 @@ def patch_for(files: dict[str, str], path: str, answer: str, fuzzy: bool = False
     edit = parse_edit(answer)
     before = files[path]
     after = apply_edit(before, *edit, fuzzy=fuzzy) if edit else None
-    return patching.file_diff(path, before, after) if after is not None and after != before else ""
+    return diffs.file_diff(path, before, after) if after is not None and after != before else ""

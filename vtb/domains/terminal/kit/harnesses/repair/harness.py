@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-from vtb.domains.terminal import prompting
+from vtb.domains.terminal.kit import prompting
 from vtb.engine.select import open_engine
 from vtb.protocol import serve
 

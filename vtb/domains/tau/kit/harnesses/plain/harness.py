@@ -9,7 +9,7 @@ import json
 import os
 from pathlib import Path
 
-from vtb.domains.tau import prompting
+from vtb.domains.tau.kit import prompting
 from vtb.engine.select import open_engine
 from vtb.protocol import serve
 

@@ -10,7 +10,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from vtb.domains.math.datatools import read_jsonl, write_jsonl
+from vtb.domains.kit.jsonl import read_jsonl, write_jsonl
 
 
 def run_cli(

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 
-from vtb.domains.tau.tools import TOOL_SCHEMAS
+from vtb.domains.tau.kit.schemas import TOOL_SCHEMAS
 
 RESPOND = "respond"
 PARAMS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOL_SCHEMAS}

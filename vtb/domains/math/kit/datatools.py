@@ -1,9 +1,9 @@
 """Data tools the research agent runs in its sandbox to inspect and edit math training data.
 
-    python -m vtb.domains.math.datatools check IN
-    python -m vtb.domains.math.datatools clean IN OUT
-    python -m vtb.domains.math.datatools from-pool POOL OUT --n N --seed S [--direct]
-    python -m vtb.domains.math.datatools merge A B [C ...] OUT
+    python -m vtb.domains.math.kit.datatools check IN
+    python -m vtb.domains.math.kit.datatools clean IN OUT
+    python -m vtb.domains.math.kit.datatools from-pool POOL OUT --n N --seed S [--direct]
+    python -m vtb.domains.math.kit.datatools merge A B [C ...] OUT
 
 Training rows are prompt/completion JSONL ({"prompt": "Question: <q>\\nAnswer:", "completion":
 " <gsm8k answer>"}); GSM8K-schema rows ({"question", "answer"}) are read too.
@@ -26,9 +26,8 @@ import operator
 import random
 import re
 import sys
-from pathlib import Path
 
-from vtb.domains.math.generator import strip_annotations
+from vtb.domains.kit.jsonl import read_jsonl, write_jsonl
 
 PROMPT_TEMPLATE = "Question: {question}\nAnswer:"
 
@@ -37,6 +36,14 @@ _NUM = r"-?\d+(?:\.\d+)?"
 ANNOTATION_RE = re.compile(r"<<([^<>=]*)=([^<>]*)>>")
 EQUATION_RE = re.compile(rf"(?<![\d.])({_NUM}(?:\s*[-+*/]\s*{_NUM})+)\s*=\s*({_NUM})(?![\d])")
 FINAL_RE = re.compile(r"####\s*(-?[\d,]*\.?\d+)")
+_BLOCK_RE = re.compile(r"<<[^<>]*>>")
+
+__all__ = ["read_jsonl", "write_jsonl", "strip_annotations", "to_sft_row", "verify", "safe_eval"]
+
+
+def strip_annotations(answer: str) -> str:
+    """GSM8K 'direct' format: the same solution without the <<expr=value>> calculator blocks."""
+    return _BLOCK_RE.sub("", answer)
 
 
 def to_sft_row(problem: dict, direct: bool = False) -> dict:
@@ -98,25 +105,6 @@ def _answer_of(row: dict) -> str:
     return text if isinstance(text, str) else ""
 
 
-def read_jsonl(path: str) -> list[dict]:
-    rows = []
-    with open(path) as f:
-        for lineno, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    print(f"{path}:{lineno}: skipped, not JSON", file=sys.stderr)
-    return rows
-
-
-def write_jsonl(path: str, rows: list[dict]) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
-
-
 def cmd_check(args: argparse.Namespace) -> int:
     rows = read_jsonl(args.inp)
     counts = {"ok": 0, "unverifiable": 0, "no_final": 0, "bad_equation": 0, "final_mismatch": 0}
@@ -164,7 +152,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vtb.domains.math.datatools", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m vtb.domains.math.kit.datatools", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("check", help="count rows and arithmetically inconsistent rows")

@@ -1,8 +1,8 @@
 """Data tools for swe systems, usable by research agents inside their sandbox.
 
-    python -m vtb.domains.swe.datatools from-pool /data/pool.jsonl data/train.jsonl --n 600
-    python -m vtb.domains.swe.datatools check data/train.jsonl --pool /data/pool.jsonl
-    python -m vtb.domains.swe.datatools clean data/train.jsonl data/clean.jsonl --pool /data/pool.jsonl
+    python -m vtb.domains.swe.kit.datatools from-pool /data/pool.jsonl data/train.jsonl --n 600
+    python -m vtb.domains.swe.kit.datatools check data/train.jsonl --pool /data/pool.jsonl
+    python -m vtb.domains.swe.kit.datatools clean data/train.jsonl data/clean.jsonl --pool /data/pool.jsonl
 
 Rows are SFT rows {"prompt", "completion"} in the prompting.py format, made from a train
 instance's gold fix (its one-line `fix`). A row is correct when its edit is that fix.
@@ -13,8 +13,8 @@ from __future__ import annotations
 import random
 import sys
 
-from vtb.domains import rowtools
-from vtb.domains.swe import prompting
+from vtb.domains.kit import rowtools
+from vtb.domains.swe.kit import prompting
 
 FLAWS = ("other_fix", "no_change", "wrong_line")
 
@@ -76,7 +76,7 @@ def _index(pool: list[dict]) -> dict[str, dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return rowtools.run_cli(argv, prog="python -m vtb.domains.swe.datatools", doc=__doc__, make_rows=make_rows, index=_index,
+    return rowtools.run_cli(argv, prog="python -m vtb.domains.swe.kit.datatools", doc=__doc__, make_rows=make_rows, index=_index,
                             is_correct=is_correct, default_n=600, gold="gold edit")  # fmt: skip
 
 

@@ -1,0 +1,79 @@
+"""Domains by name: each provides its data splits, its initial and reference systems and its scorer.
+
+A domain object is the orchestrator-side half of a task: it holds test labels and rewards,
+so it is only ever used outside the sandboxes (this module is not in the sandbox layout,
+vtb.sandbox.runtime.SANDBOX_CODE; vtb/domains/__init__.py stays import-free for the kits).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from vtb.config import TaskConfig, TrainerConfig
+from vtb.runner import Episode
+from vtb.sandbox.base import Sandbox
+
+
+class Domain(Protocol):
+    name: str
+
+    def provision(self, task: TaskConfig, out: Path) -> dict:
+        """Write research/ (what the research sandbox may see) and hidden/ (test labels) under out."""
+        ...
+
+    def tokenizer_spec(self, task: TaskConfig, data_dir: Path) -> dict:
+        """What the tiny model's tokenizer must cover: {"words", "number_max", "mode", optional "min_positions"}."""
+        ...
+
+    def pretraining_texts(self, task: TaskConfig, data_dir: Path, n: int, seed: int) -> list[str]: ...
+
+    def write_initial_system(
+        self, ws: Path, task: TaskConfig, trainer: TrainerConfig, data_dir: Path
+    ) -> None: ...
+
+    def write_reference_system(self, ws: Path, task: TaskConfig, data_dir: Path) -> None: ...
+
+    def split(self, data_dir: Path, name: str) -> list[dict]: ...
+
+    def episodes(
+        self, data_dir: Path, split: str, task: TaskConfig, sandbox: Sandbox | None = None
+    ) -> list[ScoredEpisode]:
+        """The split's episodes (orchestrator side: environment, user simulator, reward).
+
+        `sandbox` runs what an episode executes on the agent's behalf (shell commands, patches,
+        hidden tests); domains that execute nothing ignore it.
+        """
+        ...
+
+    def metrics(self, episodes: list[ScoredEpisode], task: TaskConfig) -> dict:
+        """Split-level figures beyond the mean reward (e.g. pass^k)."""
+        ...
+
+
+class ScoredEpisode(Episode, Protocol):
+    def reward(self) -> float: ...
+
+    def record(self) -> dict:
+        """A JSON-able account of the episode for the run record (no hidden labels needed to read it)."""
+        ...
+
+
+def get_domain(name: str) -> Domain:
+    if name == "math":
+        from vtb.domains.math.domain import MathDomain
+
+        return MathDomain()
+    if name == "tau":
+        from vtb.domains.tau.domain import TauDomain
+
+        return TauDomain()
+    if name == "terminal":
+        from vtb.domains.terminal.domain import TerminalDomain
+
+        return TerminalDomain()
+    if name == "swe":
+        from vtb.domains.swe.domain import SweDomain
+
+        return SweDomain()
+    raise ValueError(f"unknown task {name!r}; available: math, tau, terminal, swe (set task=<name>)")

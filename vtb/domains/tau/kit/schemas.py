@@ -1,0 +1,149 @@
+"""The retail tools' JSON schemas (OpenAI function format) and which of them write.
+
+What a harness and a data tool need to know about the tools; running them against the
+database is the orchestrator's `vtb.domains.tau.tools`, which validates arguments by these
+schemas.
+"""
+
+from __future__ import annotations
+
+CANCEL_REASONS = ("no longer needed", "ordered by mistake")
+WRITE_TOOLS: frozenset[str] = frozenset(
+    {
+        "cancel_pending_order",
+        "modify_pending_order_address",
+        "modify_pending_order_items",
+        "modify_pending_order_payment",
+        "modify_user_address",
+        "return_delivered_order_items",
+        "exchange_delivered_order_items",
+    }
+)
+
+
+def _string(description: str, **extra: object) -> dict:
+    return {"type": "string", "description": description, **extra}
+
+
+def _strings(description: str) -> dict:
+    return {"type": "array", "items": {"type": "string"}, "description": description}
+
+
+_ORDER_ID = _string("The order id, such as '#W0000000'. Note the '#' at the beginning.")
+_PAYMENT_ID = _string(
+    "The payment method id to pay or receive the refund of the price difference, such as "
+    "'gift_card_0000000' or 'credit_card_0000000'; see the user or order details."
+)
+_ITEM_IDS = _strings("The item ids, each such as '1008292230'. The list may repeat an item.")
+_NEW_ITEM_IDS = _strings(
+    "The new item ids, each such as '1008292230', in the same order as item_ids; each must be an "
+    "available variant of the same product."
+)
+_ADDRESS = {
+    "address1": _string("The first line of the address, such as '123 Main St'."),
+    "address2": _string("The second line of the address, such as 'Apt 1' or ''."),
+    "city": _string("The city, such as 'San Francisco'."),
+    "state": _string("The state, such as 'CA'."),
+    "country": _string("The country, such as 'USA'."),
+    "zip": _string("The zip code, such as '12345'."),
+}
+_CONFIRM = "Explain the details and get the user's explicit confirmation (yes) first."
+
+
+def _schema(name: str, description: str, **properties: dict) -> dict:
+    parameters = {"type": "object", "properties": properties, "required": list(properties)}
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": parameters},
+    }
+
+
+TOOL_SCHEMAS: list[dict] = [
+    _schema(
+        "find_user_id_by_email",
+        "Find a user id by email. Returns an error if no user has that email.",
+        email=_string("The user's email, such as 'something@example.com'."),
+    ),
+    _schema(
+        "find_user_id_by_name_zip",
+        "Find a user id by first name, last name and zip code. Use it only when the user cannot be "
+        "found by email or does not remember it.",
+        first_name=_string("The first name, such as 'John'."),
+        last_name=_string("The last name, such as 'Doe'."),
+        zip=_string("The zip code, such as '12345'."),
+    ),
+    _schema(
+        "get_user_details",
+        "Get a user's details: name, address, email, payment methods and orders.",
+        user_id=_string("The user id, such as 'sara_doe_496'."),
+    ),
+    _schema("get_order_details", "Get the status and details of an order.", order_id=_ORDER_ID),
+    _schema(
+        "get_product_details",
+        "Get a product's details, including every variant item.",
+        product_id=_string("The product id, such as '6086499569'. Not the same as an item id."),
+    ),
+    _schema("list_all_product_types", "List the name and product id of every product type in the store."),
+    _schema(
+        "cancel_pending_order",
+        "Cancel a pending order and refund its payments (gift cards at once, others in 5-7 business "
+        f"days). Processed or delivered orders cannot be cancelled. {_CONFIRM}",
+        order_id=_ORDER_ID,
+        reason=_string("Why the order is cancelled.", enum=list(CANCEL_REASONS)),
+    ),
+    _schema(
+        "modify_pending_order_address",
+        f"Change the shipping address of a pending order. {_CONFIRM}",
+        order_id=_ORDER_ID,
+        **_ADDRESS,
+    ),
+    _schema(
+        "modify_pending_order_items",
+        "Change items of a pending order to other available variants of the same product. It can be "
+        f"done only once per order, so collect every item first. {_CONFIRM}",
+        order_id=_ORDER_ID,
+        item_ids=_ITEM_IDS,
+        new_item_ids=_NEW_ITEM_IDS,
+        payment_method_id=_PAYMENT_ID,
+    ),
+    _schema(
+        "modify_pending_order_payment",
+        f"Pay a pending order with a different payment method; the old one is refunded. {_CONFIRM}",
+        order_id=_ORDER_ID,
+        payment_method_id=_string("The new payment method id, such as 'gift_card_0000000'."),
+    ),
+    _schema(
+        "modify_user_address",
+        f"Change the default address of a user. {_CONFIRM}",
+        user_id=_string("The user id, such as 'sara_doe_496'."),
+        **_ADDRESS,
+    ),
+    _schema(
+        "return_delivered_order_items",
+        "Return items of a delivered order; the status becomes 'return requested' and the user gets "
+        f"an email on how to send them back. {_CONFIRM}",
+        order_id=_ORDER_ID,
+        item_ids=_ITEM_IDS,
+        payment_method_id=_string("Where the refund goes: the original payment method or a gift card."),
+    ),
+    _schema(
+        "exchange_delivered_order_items",
+        "Exchange items of a delivered order for other available variants of the same product. "
+        f"A delivered order can be returned or exchanged only once. {_CONFIRM}",
+        order_id=_ORDER_ID,
+        item_ids=_ITEM_IDS,
+        new_item_ids=_NEW_ITEM_IDS,
+        payment_method_id=_PAYMENT_ID,
+    ),
+    _schema(
+        "calculate",
+        "Calculate the result of an arithmetic expression.",
+        expression=_string("The expression, such as '2 + 2': numbers, + - * /, parentheses and spaces."),
+    ),
+    _schema(
+        "transfer_to_human_agents",
+        "Transfer the user to a human agent with a summary of the issue. Only when the user asks for "
+        "a human, or the request cannot be handled with the available tools.",
+        summary=_string("A summary of the user's issue."),
+    ),
+]
