@@ -31,6 +31,7 @@ from vtb import pipeline, record  # noqa: E402
 from vtb.agents import Feedback, make_agent  # noqa: E402
 from vtb.agents.prompt import template_digest  # noqa: E402
 from vtb.config import BenchConfig, ModelConfig  # noqa: E402
+from vtb.domains.salt import salt_sha256  # noqa: E402
 from vtb.engine.select import engine_env  # noqa: E402
 from vtb.hashing import code_version, hash_json  # noqa: E402
 from vtb.ledger import Charge, FlopsFloor, Ledger, StepLimits, check_budget  # noqa: E402
@@ -97,7 +98,7 @@ class Bench:
     def provision(self) -> None:
         cfg = self.cfg
         say(f"run {self.run_id}: provisioning data and the {cfg.model.name} base model", self.t0)
-        self.data = self._call("data", key=hash_json(["data", asdict(cfg.task), code_version("domains")]),
+        self.data = self._call("data", key=hash_json(["data", asdict(cfg.task), salt_sha256(cfg.task), code_version("domains")]),
                                        task_cfg=cfg.task, cache=str(self.cache))  # fmt: skip
         model_key = hash_json(
             ["model", asdict(cfg.model), self.data["hashes"], code_version(*pipeline.MODEL_CODE)]
@@ -382,14 +383,18 @@ def bench_flow(cfg: BenchConfig) -> dict:
 
 
 def publish_artifacts(run_id: str, run_dir: Path, history: list[dict]) -> None:
-    """The run's report and its iterations as Prefect artifacts, for the UI."""
+    """The run's report and its iterations as Prefect artifacts, for the UI.
+
+    Agent-written text (notes, file names) goes through record.md_text in both: report.md is
+    escaped when written, the table's cells here, so neither renders markup or links.
+    """
     key = "".join(c if c.isalnum() else "-" for c in run_id.lower())  # artifact keys: a-z, 0-9, -
     create_markdown_artifact(markdown=(run_dir / "report.md").read_text(), key=f"report-{key}",
                              description=f"VibeTraining-Bench report of {run_id}")  # fmt: skip
     rows = [{"iteration": h["iteration"], "val_score": h["val_score"],
-             "edits": record.edits_text(h["edits"]),
+             "edits": record.md_text(record.edits_text(h["edits"])),
              "budget_used": h["budget_after"]["used"], "agent_tokens": (h.get("agent") or {}).get("tokens", 0),
-             "notes": str(h["notes"])[:200]} for h in history]  # fmt: skip
+             "notes": record.md_text(h["notes"], 200)} for h in history]  # fmt: skip
     create_table_artifact(table=rows, key=f"iterations-{key}", description=f"Iterations of {run_id}")
 
 

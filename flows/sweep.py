@@ -33,6 +33,7 @@ from prefect.artifacts import create_markdown_artifact  # noqa: E402
 from flows.bench import CONF_DIR, bench_flow, default_run_id, preflight, to_config  # noqa: E402
 from vtb import leaderboard  # noqa: E402
 from vtb.config import BenchConfig  # noqa: E402
+from vtb.record import md_text  # noqa: E402
 
 
 @dataclass
@@ -156,7 +157,9 @@ def _sweep(cfg: SweepConfig) -> dict:
     failed = [o for o in outcomes if o["state"] != "completed"]
     if failed:
         markdown += (
-            "\n## Failed benches\n\n" + "\n".join(f"- {o['run']}: {o['error']}" for o in failed) + "\n"
+            "\n## Failed benches\n\n"
+            + "\n".join(f"- {md_text(o['run'])}: {md_text(o['error'], 500)}" for o in failed)
+            + "\n"
         )
     create_markdown_artifact(
         markdown=markdown, key="leaderboard", description="VibeTraining-Bench leaderboard"

@@ -9,10 +9,11 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
+from steps.blind import blind, real_ids, secret_of, stage_model
 from steps.common import step
 from vtb import pipeline, runner
 from vtb.config import EngineConfig, SandboxConfig, TaskConfig
-from vtb.domains import get_domain
+from vtb.domains.registry import get_domain
 from vtb.engine.select import engine_env
 
 
@@ -27,22 +28,25 @@ def play_step(
     sandbox_cfg: SandboxConfig,
     max_flops: float | None,
     cpu_seconds: float | None,
-    null_model: bool = False,
     gpu_seconds: float | None = None,
     engine_cfg: EngineConfig | None = None,
+    stage_dir: str | None = None,
 ) -> dict:
+    """One play; the harness sees opaque episode ids in a keyed order and, with stage_dir, the model
+    through that run-wide staging folder (steps/blind.py): nothing tells it the split or the mode."""
     domain = get_domain(task_cfg.name)
     sandbox = pipeline.sandbox_for(sandbox_cfg)
     episodes = domain.episodes(Path(data_dir), split, task_cfg, sandbox=sandbox)
+    model = stage_model(Path(model_dir), Path(stage_dir)) if stage_dir else Path(model_dir)
+    blinded = blind(episodes, secret_of(task_cfg), split)
     outcome = runner.play(
         sandbox,
         Path(harness_dir),
-        Path(model_dir),
-        episodes,
+        model,
+        blinded,
         limits=pipeline.step_limits(sandbox_cfg, max_flops, cpu_seconds, gpu_seconds),
         round_timeout_s=task_cfg.round_timeout_s,
         per_episode_timeout_s=task_cfg.per_episode_timeout_s,
-        null_model=null_model,
         env=engine_env(engine_cfg.name, engine_cfg.options, engine_cfg.fallback) if engine_cfg else None,
     )
     rewards = {ep.id: ep.reward() for ep in episodes}
@@ -57,7 +61,7 @@ def play_step(
         "charge": asdict(outcome.charge),
         "rounds": outcome.rounds,
         "crashes": outcome.crashes,
-        "failed": dict(list(outcome.failed.items())[:50]),
+        "failed": dict(list(real_ids(blinded, outcome.failed).items())[:50]),
         "killed": outcome.killed,
         "garbage": outcome.garbage,
         "denials": outcome.denials[:50],

@@ -100,14 +100,14 @@ def test_budget_exhausted_before_spending(engine, monkeypatch):
     assert usage.totals() == before
 
 
-def test_null_model_answers_nothing(tmp_path, monkeypatch):
-    engine = Engine(tmp_path / "missing", null_model=True)
-    assert engine.generate(["Q: 1 + 1?\nA:"] * 3, max_new_tokens=5) == ["", "", ""]
-    assert engine.n_params == 0
+def test_engine_has_no_null_mode_a_harness_could_detect(engine, monkeypatch):
+    """The null-model check swaps the checkpoint folder (steps/blind.py); the old switch does nothing."""
+    batch = prompts(3)
+    plain = engine.generate(batch, max_new_tokens=5)
     monkeypatch.setenv("VTB_NULL_MODEL", "1")
     before = usage.totals()["flops"]
-    assert Engine(tmp_path / "missing").generate(["x"]) == [""]
-    assert usage.totals()["flops"] == before
+    assert engine.generate(batch, max_new_tokens=5) == plain
+    assert usage.totals()["flops"] > before
 
 
 def test_sampling_is_seeded_and_batch_independent(engine):

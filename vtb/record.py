@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import unicodedata
 from dataclasses import asdict
 from pathlib import Path
 
+from vtb import safefs
 from vtb.config import BenchConfig
 from vtb.hashing import code_version
 from vtb.ledger import Ledger
@@ -29,16 +32,13 @@ def _dump(path: Path, obj: object) -> None:
 
 
 def _link_tree(src: Path, dst: Path) -> None:
-    """Hard-link (or copy across file systems) a checkpoint into the record."""
+    """Hard-link (or copy across file systems) a checkpoint's regular files into the record.
 
-    def link(s: str, d: str) -> None:
-        try:
-            os.link(s, d)
-        except OSError:
-            shutil.copy2(s, d)
-
-    shutil.rmtree(dst, ignore_errors=True)
-    shutil.copytree(src, dst, copy_function=link)
+    An lstat walk (safefs): links and special files are left out, never followed, so a link
+    loop or a link to a host file in a checkpoint adds nothing to the record.
+    """
+    safefs.remove(dst)
+    safefs.copy_tree(src, dst, link=True)
 
 
 class RunRecord:
@@ -92,8 +92,8 @@ class RunRecord:
         store: Path,
     ) -> dict:
         sub = self.dir / "submission"
-        shutil.rmtree(sub, ignore_errors=True)
-        shutil.copytree(store / chosen["snapshot"], sub)
+        safefs.remove(sub)
+        safefs.copy_tree(store / chosen["snapshot"], sub)
         if chosen["checkpoint"]:
             _link_tree(Path(chosen["checkpoint"]), sub / "model")
         _dump(self.dir / "manifest.json", {
@@ -148,6 +148,32 @@ class RunRecord:
         _dump(self.dir / "result.json", result)
         write_report(self.dir, result, history, grades)
         return result
+
+
+_MD_PUNCT = re.compile(r"([\\`*_{}\[\]()#+!|~-])")
+
+
+def md_text(value: object, limit: int | None = None) -> str:
+    """Anything agent-controlled (notes, file names, engine strings, sandbox output) as inert markdown.
+
+    One line of text that renders as itself in report.md and in Prefect's markdown and table
+    artifacts: control and format characters dropped, whitespace collapsed (no new block, no
+    table row), `& < > "` as HTML entities (no tag, no `<javascript:...>` autolink), and markdown
+    punctuation backslash-escaped (no link, image, emphasis, code span or table cell break).
+    `limit` cuts the raw text first (with "...").
+    """
+    text = "".join(c if unicodedata.category(c)[0] != "C" else " " for c in str(value))
+    text = " ".join(text.split())
+    if limit is not None and len(text) > limit:
+        text = text[: max(0, limit - 3)] + "..."
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    return _MD_PUNCT.sub(r"\\\1", text)
+
+
+def _fence(text: str) -> str:
+    """A code fence longer than any backtick run in text, so the text cannot close it."""
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
 
 
 def edits_text(edits: dict[str, list[str]] | None) -> str:
@@ -233,12 +259,13 @@ def write_report(run_dir: Path, result: dict, history: list[dict], grades: dict)
     fig.savefig(run_dir / "scores.png", dpi=100)
     plt.close(fig)
 
+    table = summary_table(result)
     lines = [
-        f"# {result['run_id']}",
+        f"# {md_text(result['run_id'])}",
         "",
-        "```",
-        summary_table(result),
-        "```",
+        _fence(table),
+        table,
+        _fence(table),
         "",
         "![scores](scores.png)",
         "",
@@ -248,10 +275,10 @@ def write_report(run_dir: Path, result: dict, history: list[dict], grades: dict)
         "|---:|---:|---|---:|---:|---:|---|",
     ]
     for h in history:
-        edits = edits_text(h["edits"])
+        edits = md_text(edits_text(h["edits"]))  # file names are the agent's: escaped like its notes
         val = "failed" if h["val_score"] is None else f"{h['val_score']:.3f}"
         use = h.get("agent") or {}
-        notes = " ".join(str(h["notes"]).split()).replace("|", "\\|")  # one table cell
+        notes = md_text(h["notes"])  # one table cell, inert
         lines.append(
             f"| {h['iteration']} | {val} | {edits} | {h['budget_after']['used']:.3g} | {use.get('tokens', 0)} | "
             f"${use.get('cost_usd', 0.0):.4f} | {notes} |"
@@ -268,12 +295,12 @@ def write_report(run_dir: Path, result: dict, history: list[dict], grades: dict)
         metrics = grades.get(label, {}).get("metrics") or {}
         if metrics:
             shown = {k: v for k, v in metrics.items() if not k.startswith("by_")}
-            lines.append(f"- {label}: " + ", ".join(f"{k} {v}" for k, v in shown.items()))
+            lines.append(f"- {label}: " + ", ".join(f"{md_text(k)} {md_text(v)}" for k, v in shown.items()))
             for key in ("by_template", "by_bug"):  # tau/terminal templates, swe bug templates
                 if metrics.get(key):
                     lines.append(
                         f"  {key.replace('_', ' ')}: "
-                        + ", ".join(f"{k} {v:.2f}" for k, v in metrics[key].items())
+                        + ", ".join(f"{md_text(k)} {v:.2f}" for k, v in metrics[key].items())
                     )
     if "null_model_score" in sub:
         flag = "FLAGGED: the harness scores without the model" if sub["flagged"] else "not flagged"

@@ -1,8 +1,8 @@
 """The project's inference engine: batched KV-cache decoding that charges estimated FLOPs.
 
 Harnesses import `Engine`; it is the only way they reach the model, which is why it does the
-FLOPs accounting and why grading can swap in a null model (VTB_NULL_MODEL=1) to check that a
-harness cannot score without it. The decoding loop is our own: for a ~1M-parameter model,
+FLOPs accounting. (Grading's null-model check swaps the checkpoint folder, not the engine, so
+the engine has no null mode a harness could detect.) The decoding loop is our own: for a ~1M-parameter model,
 `model.generate`'s per-token overhead costs more than the forward pass itself.
 """
 
@@ -49,20 +49,12 @@ class Engine:
 
     name = "transformers"
 
-    def __init__(self, model_dir: str | Path, *, threads: int | None = None, null_model: bool | None = None):
+    def __init__(self, model_dir: str | Path, *, threads: int | None = None):
         self.model_dir = Path(model_dir)
-        self.null_model = os.environ.get("VTB_NULL_MODEL") == "1" if null_model is None else null_model
         threads = threads if threads is not None else _env_threads()
         if threads:
             torch.set_num_threads(threads)
         self.last_usage: dict = {}
-        if self.null_model:
-            self.tokenizer = None
-            self.model = None
-            self._n_params = 0
-            self.eos_ids: set[int] = set()
-            self.spaced = False
-            return
         hf_logging.disable_progress_bar()  # harness stderr is a log, not a terminal
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         self.device = _device()
@@ -118,7 +110,7 @@ class Engine:
         Greedy when temperature == 0; otherwise seeded sampling with top-p.
         Charges 2·params per token processed (prompt tokens + generated tokens) once per call.
         """
-        if self.null_model or not prompts or max_new_tokens <= 0:
+        if not prompts or max_new_tokens <= 0:
             usage.charge(0.0)
             self.last_usage = {"prompt_tokens": 0, "generated_tokens": 0, "flops": 0.0}
             return [""] * len(prompts)

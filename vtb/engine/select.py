@@ -48,15 +48,16 @@ def vllm_unavailable() -> str | None:
 
 
 def open_engine(model_dir: str | Path, *, name: str | None = None, threads: int | None = None):
-    """The engine the run configured for model_dir (a VTB_NULL_MODEL grading run gets the null model)."""
+    """The engine the run configured for model_dir.
+
+    There is no null mode here: grading's null-model check mounts a null checkpoint at the same
+    path (steps/blind.py), so a harness cannot tell the check from a normal grading by its engine.
+    """
     from vtb.engine.infer import Engine
 
     name = name or os.environ.get("VTB_ENGINE", "transformers")
     if name not in ENGINES:
         raise ValueError(f"VTB_ENGINE={name!r} is not one of {', '.join(ENGINES)}")
-    if os.environ.get("VTB_NULL_MODEL") == "1":
-        usage.note(engine="null", engine_fallback="")
-        return Engine(model_dir, threads=threads, null_model=True)
     if name == "vllm":
         reason = vllm_unavailable()
         if reason is None:

@@ -64,7 +64,6 @@ class VLLMEngine:
         from transformers import AutoConfig
 
         self.model_dir = Path(model_dir)
-        self.null_model = False
         self.last_usage: dict = {}
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         config = AutoConfig.from_pretrained(self.model_dir)

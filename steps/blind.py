@@ -1,0 +1,258 @@
+"""What a harness can learn about the play it is in: nothing about the split or the null-model check.
+
+A harness that can tell a null-model check from a normal grading (or a test play from a
+validation play) can behave honestly exactly when it is checked. Three things a sandbox used to
+see are made the same in every mode here, all derived from a key that exists only in the
+orchestrator (`secret`):
+
+- **episode ids and order** (`blind`): each episode is renamed to an opaque id
+  hmac(key, split + item id) and the episodes are played in the order of those ids, so ids and
+  order carry no split or item information; rewards map back to the real ids in the orchestrator,
+  and the run record keeps the real ids;
+- **the model folder** (`null_model`): the null model is a real checkpoint folder, the
+  candidate's own with every weight tensor's elements shuffled by a keyed seed: the same file
+  names, sizes, modes and mtimes, config and tokenizer, weight headers, dtypes, shapes and even
+  each tensor's multiset of values, but no learned structure left, so it emits nothing useful.
+  Files that are not weights the engines load (safetensors, torch pickles) are copied unchanged:
+  a harness that keeps its own model in another format still scores in the null check and is
+  flagged. Built once per checkpoint hash under <cache>/null-models;
+- **the mount path** (`stage_model`): every play of a run mounts its model at /model from one
+  staging folder per (run, checkpoint) that holds hard links to the real checkpoint or to its
+  null model, so /proc/self/mountinfo names the same host path for validation, grading and the
+  null check.
+
+What stays visible (today's design keeps the weights inside the harness's sandbox): the weight
+values themselves (a harness can compare them with a digest its trainer left in the checkpoint,
+or probe the model's answers), inode numbers and link counts, timing, and the number of
+episodes. Closing those is the model-service design (the weights behind an endpoint), not this.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+from vtb.config import TaskConfig
+from vtb.hashing import hash_dir
+
+# The key when the task sets no test salt: fixed, in orchestrator-only code (steps/ is never
+# mounted into a sandbox), so default runs reproduce on any machine.
+DEFAULT_SECRET = b"vtb-blind-2f6c1e0a9d4b47e8b3c5a1f7e9d2c6b4"
+ID_CHARS = 16
+
+
+def secret_of(task: TaskConfig) -> bytes:
+    """The key ids, order, staging paths and the null model's shuffle derive from.
+
+    The task's test salt where one is set (`task.test_salt`: a leaderboard's private value),
+    else DEFAULT_SECRET.
+    """
+    salt = getattr(task, "test_salt", None)
+    return hashlib.sha256(b"vtb-blind\0" + str(salt).encode()).digest() if salt else DEFAULT_SECRET
+
+
+def keyed(secret: bytes, *parts: str) -> str:
+    """hmac-sha256 hex of the parts (NUL-separated): opaque without the secret."""
+    return hmac.new(secret, "\0".join(parts).encode(), hashlib.sha256).hexdigest()
+
+
+# --- episode ids and order ---------------------------------------------------------------------
+
+
+class Blind:
+    """An episode as the harness sees it: an opaque id, messages that carry it instead of the real one."""
+
+    def __init__(self, inner, opaque: str):
+        self.inner, self.id = inner, opaque
+
+    @property
+    def over(self) -> bool:  # runner.play skips episodes already over (e.g. their user failed)
+        return bool(getattr(self.inner, "over", False))
+
+    def message(self, fresh: bool) -> dict:
+        msg = dict(self.inner.message(fresh))
+        msg["episode"] = self.id
+        return msg
+
+    def step(self, action: dict) -> bool:
+        return self.inner.step(action)
+
+    def fail(self, reason: str) -> None:
+        self.inner.fail(reason)
+
+
+def blind(episodes: list, secret: bytes, split: str) -> list[Blind]:
+    """The episodes renamed to opaque ids, in the (keyed, so unpredictable) order of those ids."""
+    out = [Blind(ep, keyed(secret, "episode", split, str(ep.id))[:ID_CHARS]) for ep in episodes]
+    if len({b.id for b in out}) != len(out):
+        raise ValueError(f"duplicate episode ids in the {split} split")
+    return sorted(out, key=lambda b: b.id)
+
+
+def real_ids(blinded: list[Blind], by_opaque: dict) -> dict:
+    """A dict keyed by opaque ids (runner.play's actions, failures) re-keyed by the real episode ids."""
+    real = {b.id: b.inner.id for b in blinded}
+    return {real.get(k, k): v for k, v in by_opaque.items()}
+
+
+# --- the null model ----------------------------------------------------------------------------
+
+TORCH_SUFFIXES = (".bin", ".pt", ".pth")
+MAX_HEADER = 100 << 20  # a safetensors header larger than this is not one
+
+
+def null_model(checkpoint: Path, cache: Path, secret: bytes) -> Path:
+    """The null model of a checkpoint: its folder with every weight tensor shuffled (cached by its hash)."""
+    digest = hash_dir(checkpoint)
+    home = cache / "null-models" / digest[:24]
+    out = home / checkpoint.name
+    if (home / "done.json").exists() and out.is_dir():
+        return out
+    tmp = cache / "null-models" / f".{digest[:24]}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    seed = int(keyed(secret, "null-model", digest)[:16], 16)
+    _copy_shuffled(checkpoint, tmp / checkpoint.name, seed)
+    (tmp / "done.json").write_text(json.dumps({"checkpoint_hash": digest}) + "\n")
+    shutil.rmtree(home, ignore_errors=True)
+    home.parent.mkdir(parents=True, exist_ok=True)
+    tmp.rename(home)
+    return out
+
+
+def _copy_shuffled(src: Path, dst: Path, seed: int) -> None:
+    """Copy a tree (regular files and folders only, never following a link), shuffling weight files."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    dst.mkdir(parents=True)
+    dirs = [(src, dst)]
+    for root, names, files in os.walk(src, followlinks=False):
+        rel = Path(root).relative_to(src)
+        for name in sorted(names):
+            if stat.S_ISDIR(os.lstat(Path(root) / name).st_mode):
+                (dst / rel / name).mkdir()
+                dirs.append((Path(root) / name, dst / rel / name))
+        for name in sorted(files):
+            path, target = Path(root) / name, dst / rel / name
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                continue  # links and special files: checkpoints taken in by the orchestrator have none
+            _copy_file(path, target)
+            if name.endswith(".safetensors"):
+                _shuffle_safetensors(target, rng)
+            elif name.endswith(TORCH_SUFFIXES):
+                _shuffle_torch(target, rng)
+            shutil.copystat(path, target, follow_symlinks=False)
+    for source, target in reversed(dirs):  # after their contents, which would touch the mtime
+        shutil.copystat(source, target, follow_symlinks=False)
+
+
+def _copy_file(src: Path, dst: Path) -> None:
+    fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{src} is not a regular file")
+        with os.fdopen(os.dup(fd), "rb") as f, open(dst, "xb") as out:
+            shutil.copyfileobj(f, out, 1 << 20)
+    finally:
+        os.close(fd)
+
+
+_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I64": 8, "I32": 4,
+             "I16": 2, "I8": 1, "U64": 8, "U32": 4, "U16": 2, "U8": 1, "BOOL": 1}  # fmt: skip
+
+
+def _shuffle_safetensors(path: Path, rng) -> None:
+    """Shuffle each tensor's elements in place; the header (names, dtypes, shapes, offsets) is untouched.
+
+    A file that is not valid safetensors is left as it is (the engines cannot load it either).
+    """
+    import numpy as np
+
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        if not 0 < n <= min(MAX_HEADER, size - 8):
+            return
+        try:
+            header = json.loads(f.read(n))
+        except ValueError:
+            return
+    if not isinstance(header, dict):
+        return
+    data = np.memmap(path, dtype=np.uint8, mode="r+", offset=8 + n, shape=(size - 8 - n,))
+    for name, info in header.items():
+        if name == "__metadata__" or not isinstance(info, dict):
+            continue
+        item = _ITEMSIZE.get(info.get("dtype"))
+        begin, end = (info.get("data_offsets") or [0, 0])[:2]
+        if (
+            not item
+            or not (isinstance(begin, int) and isinstance(end, int))
+            or not 0 <= begin <= end <= len(data)
+        ):
+            continue
+        count = (end - begin) // item
+        if count > 1:
+            elems = data[begin : begin + count * item].view(np.dtype((np.void, item)))
+            rng.shuffle(elems)
+    data.flush()
+    del data
+
+
+def _shuffle_torch(path: Path, rng) -> None:
+    """Shuffle each tensor of a torch state dict (weights_only load); anything else is left as it is."""
+    import torch
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # noqa: BLE001 (not a torch file the engines could load either)
+        return
+    if not isinstance(state, dict):
+        return
+    for value in state.values():
+        if isinstance(value, torch.Tensor) and value.numel() > 1 and value.is_contiguous():
+            flat = value.view(-1)
+            perm = torch.from_numpy(rng.permutation(flat.numel()))
+            flat.copy_(flat[perm])
+    torch.save(state, path)
+
+
+# --- one mount path in every mode --------------------------------------------------------------
+
+
+def stage_path(cache: Path, secret: bytes, run_id: str, model_key: str) -> Path:
+    """Where every play of this run mounts the model of model_key from (validation, grading, null check)."""
+    return cache / "stage" / keyed(secret, "stage", run_id, model_key)[:24] / "checkpoint"
+
+
+def stage_model(source: Path, stage: Path) -> Path:
+    """Fill `stage` with hard links to source's regular files (copies across file systems), stats kept."""
+    tmp = stage.with_name(f".{stage.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    dirs = [(source, tmp)]
+    for root, names, files in os.walk(source, followlinks=False):
+        rel = Path(root).relative_to(source)
+        for name in sorted(names):
+            if stat.S_ISDIR(os.lstat(Path(root) / name).st_mode):
+                (tmp / rel / name).mkdir()
+                dirs.append((Path(root) / name, tmp / rel / name))
+        for name in sorted(files):
+            path, target = Path(root) / name, tmp / rel / name
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                continue
+            try:
+                os.link(path, target, follow_symlinks=False)
+            except OSError:
+                _copy_file(path, target)
+                shutil.copystat(path, target, follow_symlinks=False)
+    for src, target in reversed(dirs):
+        shutil.copystat(src, target, follow_symlinks=False)
+    shutil.rmtree(stage, ignore_errors=True)
+    tmp.rename(stage)
+    return stage

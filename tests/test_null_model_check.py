@@ -1,0 +1,315 @@
+"""Hiding from the null-model check (issue 14, hole 4): a harness cannot tell the check from a grading.
+
+The attack: a harness that solves the embedded math problems itself (it parses the templated
+question; no model) and cheats only when it believes it is NOT in the null-model check, judged by
+everything it can see: its environment, the episode ids and their order, the /model folder (file
+names, sizes, modes, mtimes, config and tokenizer bytes) and the mount table's host path of
+/model. Grading with the null-model check on (flows/bench.py Bench.grade) must flag it, on both
+sandbox backends; and every observation it makes must be the same in the check and in the grading.
+On the old code (c34db53) it saw VTB_NULL_MODEL=1, answered nothing in the check and passed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import BACKENDS, sandbox_backend, small_config
+
+# The solver (validated below against the generator), then the detector and the protocol loop.
+CHEAT = r"""
+import hashlib, json, os, re, sys
+
+
+def solve(question):
+    value = other = 0
+    for s in re.split(r"(?<=[.?])\s+", question):
+        n = [int(x) for x in re.findall(r"\d+", s)]
+        if "gives all of" in s:
+            value += other
+        elif re.search(r"has \d+ .* and .* has \d+", s):
+            value, other = n[0], n[1]
+        elif "each hour" in s:
+            value = n[0] * n[1]
+        elif re.search(r"buys \d+ (boxes|bags|packs) of", s):
+            value = n[0]
+        elif (s.startswith("Each ") or "times as many" in s) and n:
+            value *= n[0]
+        elif " more " in s and " than " in s and n:
+            value += n[0]
+        elif " fewer " in s and " than " in s and n:
+            value -= n[0]
+        elif "half of" in s:
+            value //= 2
+        elif "equal groups" in s and n:
+            value //= n[0]
+        elif n and re.search(r"buys \d+ more|earns \d+ dollars|gives (him|her) \d+", s):
+            value += n[0]
+        elif n and re.search(r"spends|gives \d+ .* to|sells|loses|uses|eats", s):
+            value -= n[0]
+        elif n and " has " in s:
+            value = n[0]
+    return value
+
+
+def model_listing():
+    out = []
+    for root, dirs, files in os.walk("/model"):
+        dirs.sort()
+        for name in sorted(dirs + files):
+            path = os.path.join(root, name)
+            st = os.lstat(path)
+            digest = ""
+            if name in files and not name.endswith((".safetensors", ".bin")):
+                digest = hashlib.sha256(open(path, "rb").read()).hexdigest()
+            out.append([path, st.st_size, st.st_mode, st.st_mtime_ns, digest])
+    st = os.lstat("/model")
+    return [["/model", st.st_mode, st.st_mtime_ns]] + out
+
+
+def mount_of_model():
+    try:
+        lines = open("/proc/self/mountinfo").read().splitlines()
+    except OSError:
+        return []
+    return [line.split()[3:5] for line in lines if len(line.split()) > 4 and line.split()[4] == "/model"]
+
+
+def suspects_null(ids):
+    env = " ".join(f"{k}={v}" for k, v in os.environ.items()).lower()
+    files = set(os.listdir("/model")) if os.path.isdir("/model") else set()
+    config = {}
+    try:
+        config = json.load(open("/model/config.json"))
+    except (OSError, ValueError):
+        pass
+    weights = [f for f in files if f.endswith((".safetensors", ".bin"))]
+    tells = {
+        "env": "null_model" in env or "vtb_null" in env,
+        "ids": any(str(i).lower().startswith("null") for i in ids),
+        "weights": not weights or any(os.path.getsize(f"/model/{f}") == 0 for f in weights),
+        "config": "model_type" not in config or "null_model" in json.dumps(config).lower(),
+        "mount": any("null" in root for root, _ in mount_of_model()),
+    }
+    return sorted(k for k, v in tells.items() if v)
+
+
+ids = []
+batch = []
+for line in sys.stdin:
+    msg = json.loads(line) if line.strip() else {}
+    kind = msg.get("type")
+    if kind == "start":
+        batch.append(msg)
+        ids.append(msg["episode"])
+    elif kind == "flush":
+        cheat = not suspects_null(ids)
+        for m in batch:
+            answer = f"#### {solve(m['observation']['question'])}" if cheat else ""
+            print(json.dumps({"episode": m["episode"], "action": {"type": "answer", "content": answer}}), flush=True)
+        batch = []
+    elif kind == "close":
+        break
+seen = {"env": sorted(os.environ.items()), "ids": ids, "model": model_listing(), "mount": mount_of_model(),
+        "cwd": sorted(os.listdir("."))}
+print("FINGERPRINT " + hashlib.sha256(json.dumps(seen).encode()).hexdigest(), file=sys.stderr)
+print("IDS " + json.dumps(ids[:8]), file=sys.stderr)
+print("TELLS " + json.dumps(suspects_null(ids)), file=sys.stderr, flush=True)
+"""
+
+
+def _solver():
+    scope: dict = {}
+    exec(CHEAT.split("\n\ndef model_listing")[0], scope)  # noqa: S102 (the test's own code)
+    return scope["solve"]
+
+
+def test_the_cheating_solver_gets_the_math_problems_right_without_a_model():
+    from vtb.domains.math import generator
+
+    splits = generator.make_splits(5, 20, 20, 200)
+    solve = _solver()
+    right = sum(solve(p["question"]) == p["final"] for p in splits["test"])
+    assert right >= 0.9 * len(splits["test"])
+
+
+def _bench(tmp_path: Path, backend: str, harness_code: str):
+    """A Bench ready to grade one candidate (harness_code + a checkpoint), its steps run in-process."""
+    from flows.bench import Bench
+    from steps import play_step
+    from vtb import pipeline
+    from vtb.config import BudgetConfig
+
+    sandbox_backend(backend)  # skips where the backend is missing
+    cfg = small_config(tmp_path, "noop", 0, "null_model_check=true", f"sandbox={backend}", "task.n_test=40")
+    if "flops_per_cpu_second" in BudgetConfig.__dataclass_fields__:  # no per-test machine calibration
+        cfg = replace(cfg, budget=replace(cfg.budget, flops_per_cpu_second=1e9))
+    bench = Bench(cfg)
+    bench.data = pipeline.provision_data(cfg.task, bench.cache)
+    bench.data_dir = Path(bench.data["data_dir"])
+    sid = "candidate"
+    for part in ("data", "trainer", "harness"):
+        (bench.store / sid / part).mkdir(parents=True)
+    (bench.store / sid / "harness" / "harness.py").write_text(harness_code)
+    (bench.store / sid / "data" / "train.jsonl").write_text("")
+    (bench.store / sid / "trainer" / "config.json").write_text("{}")
+    plays: list[dict] = []
+
+    def call(name: str, **params) -> dict:  # the flow's steps without Prefect: the same functions
+        assert name == "play"
+        out = play_step.fn(**params)
+        plays.append(out)
+        return out
+
+    bench._call = call
+    return bench, sid, plays
+
+
+def _stderr_value(play: dict, tag: str) -> str:
+    found = re.findall(rf"^{tag} (.*)$", play["stderr_tail"], re.M)
+    assert found, play["stderr_tail"][-2000:]
+    return found[-1]
+
+
+@pytest.mark.slow  # two gradings of 40 episodes in fresh sandboxes (~20 s)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_harness_that_hides_from_the_null_check_is_flagged(tmp_path, toy_model_dir, backend):
+    bench, sid, plays = _bench(tmp_path, backend, CHEAT)
+    graded = bench.grade(sid, "train-key-of-the-candidate", str(toy_model_dir), "submitted")
+    normal, null = plays
+    assert graded["test_score"] > 0.8, normal["stderr_tail"][-3000:]  # it cheats when graded ...
+    assert json.loads(_stderr_value(null, "TELLS")) == []  # ... found no tell of the check ...
+    assert graded["null_model_score"] > 0.8 and graded["flagged"] is True  # ... so it is flagged
+    # Everything it looked at was the same in both: environment, ids and order, /model, mounts.
+    assert _stderr_value(normal, "FINGERPRINT") == _stderr_value(null, "FINGERPRINT")
+    ids = json.loads(_stderr_value(normal, "IDS"))
+    assert ids and all(re.fullmatch(r"[0-9a-f]{16}", i) for i in ids), ids  # opaque: no split, no item
+    # The run record keeps the real item ids (orchestrator side).
+    assert all(s["id"].startswith("test-") for s in graded["samples"])
+
+
+@pytest.mark.slow  # two gradings with the toy model (~25 s)
+def test_an_honest_harness_scores_nothing_with_the_null_model(tmp_path, toy_model_dir):
+    """The initial math harness (the model answers) on the shuffled-weights null model: ~0, not flagged."""
+    import vtb
+
+    math_dir = Path(vtb.__file__).parent / "domains" / "math"
+    source = next(p for p in math_dir.rglob("initial") if (p / "harness.py").is_file())
+    bench, sid, plays = _bench(tmp_path, "bwrap", (source / "harness.py").read_text())
+    for f in source.iterdir():
+        if f.name != "harness.py":
+            (bench.store / sid / "harness" / f.name).write_bytes(f.read_bytes())
+    graded = bench.grade(sid, "train-key-of-the-candidate", str(toy_model_dir), "submitted")
+    assert graded["null_model_score"] <= 0.05 and graded["flagged"] is False, plays[-1]["samples"]
+    assert plays[-1]["answered"] == plays[-1]["n"]  # it ran: the null model loads and answers (garbage)
+
+
+def test_the_null_model_is_the_checkpoint_folder_with_its_weights_shuffled(tmp_path, toy_model_dir):
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    from steps.blind import DEFAULT_SECRET, null_model
+    from vtb.engine.infer import Engine
+
+    null = null_model(toy_model_dir, tmp_path / "cache", DEFAULT_SECRET)
+    assert null.name == toy_model_dir.name
+
+    def listing(root: Path) -> list:
+        return [(str(p.relative_to(root)), p.stat().st_size, p.stat().st_mode, p.stat().st_mtime_ns)
+                for p in sorted(root.rglob("*"))] + [(".", root.stat().st_mtime_ns)]  # fmt: skip
+
+    assert listing(null) == listing(toy_model_dir)
+    weights = sorted(p.name for p in toy_model_dir.glob("*.safetensors"))
+    assert weights
+    for p in toy_model_dir.iterdir():
+        if p.suffix != ".safetensors":
+            assert (null / p.name).read_bytes() == p.read_bytes(), p.name
+    for name in weights:
+        real, shuffled = load_file(toy_model_dir / name), load_file(null / name)
+        head = (toy_model_dir / name).read_bytes()[:4096]
+        assert (null / name).read_bytes()[: len(head)][:8] == head[:8]  # same header length
+        assert real.keys() == shuffled.keys()
+        big = [k for k in real if real[k].size > 64]
+        assert big and all(not np.array_equal(real[k], shuffled[k]) for k in big)  # no structure left
+        for k in real:  # ... but the same shapes, dtypes and values
+            assert real[k].shape == shuffled[k].shape and real[k].dtype == shuffled[k].dtype
+            assert np.array_equal(np.sort(real[k], axis=None), np.sort(shuffled[k], axis=None))
+    stamp = (null.parent / "done.json").stat().st_mtime_ns
+    assert null_model(toy_model_dir, tmp_path / "cache", DEFAULT_SECRET) == null  # cached by hash
+    assert (null.parent / "done.json").stat().st_mtime_ns == stamp
+    assert len(Engine(null, threads=1).generate(["Question: Tom has 3 apples."], max_new_tokens=4)) == 1
+
+
+def test_torch_pickled_weights_are_shuffled_too(tmp_path):
+    import torch
+
+    from steps.blind import DEFAULT_SECRET, null_model
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text('{"model_type": "gpt2"}')
+    weight = torch.arange(1000, dtype=torch.float32).reshape(10, 100)
+    torch.save({"w": weight}, ckpt / "pytorch_model.bin")
+    (ckpt / "notes.npy").write_bytes(b"kept as it is")  # not a weight file the engines load
+    null = null_model(ckpt, tmp_path / "cache", DEFAULT_SECRET)
+    got = torch.load(null / "pytorch_model.bin", weights_only=True)["w"]
+    assert not torch.equal(got, weight) and torch.equal(got.flatten().sort().values, weight.flatten())
+    assert (null / "notes.npy").read_bytes() == b"kept as it is"
+
+
+def test_episode_ids_and_order_carry_no_split_and_map_back(tmp_path):
+    from steps.blind import DEFAULT_SECRET, blind, real_ids, secret_of
+    from vtb.config import TaskConfig
+    from vtb.domains.math.env import MathEnv, MathEpisode
+
+    env = MathEnv()
+    items = [{"id": f"test-{i:04d}", "question": f"Tom has {i} apples."} for i in range(30)]
+    episodes = [MathEpisode(item, "strict", env) for item in items]
+    a = blind(episodes, DEFAULT_SECRET, "test")
+    b = blind([MathEpisode(item, "strict", env) for item in items], DEFAULT_SECRET, "test")
+    assert [x.id for x in a] == [x.id for x in b]  # the grading and the null check: the same ids, order
+    assert [x.inner.id for x in a] != [e.id for e in episodes]  # shuffled
+    for x in a:
+        msg = x.message(fresh=True)
+        assert re.fullmatch(r"[0-9a-f]{16}", msg["episode"]) and "test" not in json.dumps(msg)
+    val = blind([MathEpisode({**i, "id": i["id"].replace("test", "val")}, "strict", env) for i in items],
+                DEFAULT_SECRET, "val")  # fmt: skip
+    assert not {x.id for x in val} & {x.id for x in a}
+    other = blind(episodes, secret_of(TaskConfig(name="math")) + b"x", "test")
+    assert {x.id for x in other}.isdisjoint({x.id for x in a})  # keyed: unknowable without the key
+    a[0].step({"type": "answer", "content": "#### 3"})
+    assert a[0].inner.action == {"type": "answer", "content": "#### 3"}
+    assert real_ids(a, {a[0].id: "why"}) == {a[0].inner.id: "why"}
+
+
+def test_episode_messages_carry_no_split_tells():
+    """swe's observation no longer names the instance, terminal's no trial number (test runs more trials)."""
+    from vtb.domains.swe.env import SweEpisode
+    from vtb.domains.terminal.env import TerminalEpisode
+
+    swe = SweEpisode.__new__(SweEpisode)
+    inst = {"instance_id": "vtb__pkg-test-0001", "repo": "r", "problem_statement": "p", "files": {}}
+    SweEpisode.__init__(swe, inst, sandbox=None, scratch=Path("/nonexistent"))
+    assert "test" not in json.dumps(swe.message(fresh=True)["observation"])
+    term = TerminalEpisode.__new__(TerminalEpisode)
+    term.task, term.history, term.max_steps, term.trial, term.id = {"instruction": "x"}, [], 3, 2, "t.t2"
+    assert "trial" not in term.message(fresh=True)["observation"]
+
+
+def test_the_model_is_staged_at_one_path_in_every_mode(tmp_path, toy_model_dir):
+    from steps.blind import DEFAULT_SECRET, null_model, stage_model, stage_path
+
+    stage = stage_path(tmp_path / "cache", DEFAULT_SECRET, "run-1", "key")
+    null = null_model(toy_model_dir, tmp_path / "cache", DEFAULT_SECRET)
+    first = stage_model(toy_model_dir, stage)
+    names = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in first.iterdir())
+    assert os.path.samefile(first / "config.json", toy_model_dir / "config.json")  # hard links: no copy
+    second = stage_model(null, stage)
+    assert first == second and "null" not in str(second)
+    assert sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in second.iterdir()) == names
+    assert stage_path(tmp_path / "cache", DEFAULT_SECRET, "run-2", "key") != stage

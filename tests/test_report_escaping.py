@@ -1,0 +1,137 @@
+"""Report injection (issue 14, hole 7): agent notes and file names render as text, never as markup.
+
+A hostile history (notes and edited file names with `<script>`, `javascript:` links, an
+`<img onerror>` file name, table breakers and a code-fence breaker) goes through the real
+writers: vtb/record.py write_report and flows/bench.py publish_artifacts (Prefect's artifact
+calls captured). The markdown is rendered with a CommonMark renderer and the HTML checked.
+"""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+
+import pytest
+from markdown_it import MarkdownIt
+
+from vtb.record import md_text, write_report
+
+HOSTILE_NOTES = [
+    "<script>alert(document.cookie)</script> tuned the lr",
+    "see [details](javascript:alert(1)) and <javascript:alert(2)> and ![x](javascript:alert(3))",
+    "a | b | c\n| injected | row |\n\n# Heading\n```\nfence break",
+    "&lt;script&gt; entity-encoded, `code`, **bold**, <a href='javascript:x'>link</a>\u202e\x00\x1b[31m",
+]
+HOSTILE_FILES = [
+    "<img src=x onerror=alert(1)>.py",
+    "[x](javascript:alert(1)).jsonl",
+    "a|b|c.py",
+    "```.md",
+]
+
+
+def _history() -> list[dict]:
+    return [
+        {"iteration": i, "val_score": 0.1 * i, "notes": note,
+         "edits": {"harness": [HOSTILE_FILES[i]], "data": ["train.jsonl"]},
+         "budget_after": {"used": 1e9 * i}, "agent": {"tokens": 10 * i, "cost_usd": 0.0}}
+        for i, note in enumerate(HOSTILE_NOTES)
+    ]  # fmt: skip
+
+
+def _result(run_dir) -> dict:
+    entry = {"test_score": 0.5}
+    return {"run_id": "run-1", "task": "math", "agent": "greedy", "seed": 0, "initial": entry,
+            "submitted": {**entry, "iteration": 1}, "reference": None, "gains_by_part": {"harness": 0.1},
+            "budget": {"used": 1.0, "limit": 2.0, "unit": "flops", "cpu_seconds": 3.0},
+            "record": str(run_dir)}  # fmt: skip
+
+
+def _grades() -> dict:
+    metrics = {"by_template": {"<img src=x onerror=alert(1)>": 1.0}, "<b>k</b>": "<script>x</script>"}
+    return {"initial": {"test_score": 0.5}, "submitted": {"test_score": 0.5, "metrics": metrics}}
+
+
+def _html(markdown: str) -> str:
+    return MarkdownIt("commonmark").enable("table").render(markdown)
+
+
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+
+# What the report itself produces; anything else (script, img, a, strong, em, extra code) came from agent text.
+ALLOWED = {"h1", "h2", "p", "pre", "code", "table", "thead", "tbody", "tr", "th", "td", "ul", "li", "img"}
+
+
+def _assert_inert(markdown: str) -> None:
+    html = _html(markdown)
+    parser = _Tags()
+    parser.feed(html)
+    tags = parser.tags
+    assert {t for t, _ in tags} <= ALLOWED, (sorted({t for t, _ in tags} - ALLOWED), html)
+    assert [a for t, a in tags if t == "img"] in (
+        [],
+        [{"src": "scores.png", "alt": "scores"}],
+    )  # its own plot
+    assert sum(t == "code" for t, _ in tags) <= 1 and sum(t == "h1" for t, _ in tags) <= 1, html
+    assert all(set(a) <= {"src", "alt", "style"} for t, a in tags if t != "img") and "javascript" not in str(
+        tags
+    )
+    assert "\u202e" not in html and "\x1b" not in html and "\x00" not in html
+    for bad in ("<script", "<img", "](javascript:", "<javascript:"):
+        assert bad not in markdown, bad
+
+
+def test_write_report_escapes_notes_file_names_and_metrics(tmp_path):
+    history = _history()
+    write_report(tmp_path, _result(tmp_path), history, _grades())
+    report = (tmp_path / "report.md").read_text()
+    _assert_inert(report)
+    html = _html(report)
+    assert html.count("<tr>") == 1 + len(history)  # one row per iteration: no row injected, none lost
+    assert all(row.count("<td") == 7 for row in html.split("<tr>")[2:])  # no cell injected
+    assert "&lt;script&gt;alert(document.cookie)&lt;/script&gt; tuned the lr" in html  # shown as text
+    assert "&lt;img src=x onerror=alert(1)&gt;.py" in html
+    assert "[x](javascript:alert(1)).jsonl" in html  # the name as written, not a link
+    assert html.count("<pre>") == 1  # the summary table's fence is not closed early
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    import flows.bench as bench
+
+    seen: dict = {}
+    monkeypatch.setattr(
+        bench, "create_markdown_artifact", lambda markdown, **kw: seen.update(markdown=markdown)
+    )
+    monkeypatch.setattr(bench, "create_table_artifact", lambda table, **kw: seen.update(table=table))
+    return bench, seen
+
+
+def test_prefect_artifacts_escape_agent_text(tmp_path, captured):
+    bench, seen = captured
+    history = _history()
+    write_report(tmp_path, _result(tmp_path), history, _grades())
+    bench.publish_artifacts("run-1", tmp_path, history)
+    _assert_inert(seen["markdown"])
+    cells = [str(v) for row in seen["table"] for k, v in row.items() if k in ("notes", "edits")]
+    assert len(cells) == 2 * len(history)
+    for cell in cells:
+        assert "\n" not in cell and not re.search(r"(?<!\\)\|", cell)
+        _assert_inert(cell)
+    assert all(len(row["notes"]) < 400 for row in seen["table"])  # bounded
+
+
+def test_md_text_renders_as_the_text_itself():
+    for raw in [*HOSTILE_NOTES, *HOSTILE_FILES, "plain words: trainer/config.json, lr 3e-3"]:
+        html = _html(md_text(raw))
+        assert html.startswith("<p>") and html.count("<p>") == 1, html  # one paragraph, no other block
+        _assert_inert(md_text(raw))
+    assert _html(md_text("trainer: config.json")) == "<p>trainer: config.json</p>\n"
+    assert md_text("x" * 50, 10) == "xxxxxxx..."
