@@ -38,6 +38,16 @@ class TaskConfig:
     user: str = "scripted"  # scripted | llm (an OpenAI-compatible endpoint, see user_* below)
     user_base_url: str | None = None
     user_model: str | None = None
+    # The secret the hidden test split is drawn with (vtb/domains/salt.py): null = the published
+    # default (README figures reproduce anywhere); a leaderboard sets its own, best as a file or
+    # $VTB_TEST_SALT. An inline value is replaced here by "sha256:<hex>" so no record holds it.
+    test_salt: str | None = None
+    test_salt_file: str | None = None
+
+    def __post_init__(self) -> None:
+        from vtb.domains import salt
+
+        self.test_salt = salt.seal(self.test_salt)
 
 
 @dataclass

@@ -7,6 +7,16 @@ capabilities. The process tree is metered and killed from outside (monitor.py). 
 (`gpus=`), the sandbox also gets the NVIDIA device nodes of those GPUs and CUDA_VISIBLE_DEVICES,
 and its GPU-seconds are metered through NVML (gpu.py).
 
+Memory (Limits.memory_mb) is ONE cap for everything the sandbox holds: where the host lets us
+create cgroups, a per-sandbox memory cgroup (cgroup.py) counts its processes and the tmpfs pages
+of its /tmp and /dev/shm, with no swap; past it the kernel's OOM killer fires and the tree is
+killed as "memory". Elsewhere each process gets an RLIMIT_AS of memory_mb and /tmp and /dev/shm
+are each sized memory_mb / 2: the tmpfs holds at most 1 x the cap, each process at most 1 x, so
+a sandbox with P processes alive holds at most (1 + P) x memory_mb (P <= Limits.max_processes
+where set). A sandbox given GPUs gets no RLIMIT_AS (CUDA reserves far more address space than
+it uses, see `launcher`), so there only the tmpfs sizes hold without a cgroup. Without a
+memory_mb, /tmp and /dev/shm are each `tmp_mb`.
+
 `--die-with-parent` ties the sandbox to the *thread* that called `start()` (the kernel's
 parent-death signal follows the forking thread): keep that thread alive until `wait()` returns.
 The command runs as pid 1 of its namespace (see BASE_FLAGS): when it exits, the kernel kills
@@ -26,7 +36,7 @@ from pathlib import Path
 
 from vtb.sandbox import cgroup as cgroups
 from vtb.sandbox.base import USAGE_FILE, Limits, Mount, SandboxResult, SandboxStartError
-from vtb.sandbox.cgroup import CpuCgroup
+from vtb.sandbox.cgroup import CpuCgroup, MemoryCgroup
 from vtb.sandbox.gpu import NvmlReader, sandbox_gpus
 from vtb.sandbox.monitor import MonitoredProcess, run_to_end
 from vtb.sandbox.runtime import is_inside, masked_paths, sandbox_env, system_symlinks
@@ -114,20 +124,32 @@ def _depth(m: Mount) -> int:
     return m.target.count("/")
 
 
-def launcher(cgroup: CpuCgroup | None, memory_mb: int | None, pids: Path | None = None) -> list[str]:
-    """A host shell that joins the cgroups and sets RLIMIT_AS, then execs bwrap (same pid).
+def launcher(
+    cgroup: CpuCgroup | None,
+    memory_mb: int | None,
+    pids: Path | None = None,
+    memory: MemoryCgroup | None = None,
+) -> list[str]:
+    """A host shell that joins the cgroups (or sets RLIMIT_AS), then execs bwrap (same pid).
 
     Doing this in a shell rather than a Popen preexec_fn keeps Python's fast vfork path; the
-    shell costs about a millisecond and only runs when there is something to set up.
+    shell costs about a millisecond and only runs when there is something to set up. A cgroup
+    shared by several roles (v2: see cgroup.py) is joined once.
     """
     steps, args = [], []
-    if cgroup is not None:
+    if memory is not None:
+        steps.append('echo 0 > "$1" || exit 125; shift')  # a memory cap must hold, or nothing runs
+        args.append(memory.procs)
+    if cgroup is not None and (memory is None or cgroup.path != memory.path):
         steps.append('{ echo 0 > "$1"; } 2>/dev/null; shift')  # best effort: /proc metering stays
         args.append(cgroup.procs)
-    if pids is not None:
+    if pids is not None and (memory is None or pids != memory.path):
         steps.append('echo 0 > "$1" || exit 125; shift')  # a process cap must hold, or nothing runs
         args.append(str(pids / "cgroup.procs"))
-    if memory_mb:
+    # RLIMIT_AS only where no memory cgroup holds the cap: it limits address space, not memory,
+    # and CUDA and torch reserve far more virtual memory than they touch, so with it a GPU step
+    # could not even start. The cgroup counts only what is really held.
+    if memory_mb and memory is None:
         steps.append(f"ulimit -v {int(memory_mb) * 1024} || exit 125")  # KiB; soft and hard
     if not steps:
         return []
@@ -139,8 +161,10 @@ class BwrapSandbox:
 
     threads: OMP/MKL/BLAS/tokenizer threads (and VTB_THREADS, for torch) inside.
     max_stdout_chars: what `run()` keeps of stdout (head and tail); the rest is dropped.
-    tmp_mb: size cap of each RAM-backed dir inside (/tmp, /dev/shm), where bwrap supports it.
-    Limits.memory_mb is an RLIMIT_AS on each process, not a cap on the tree's total.
+    tmp_mb: size cap of each RAM-backed dir inside (/tmp, /dev/shm), where bwrap supports it;
+    a Limits.memory_mb lowers it (see the module docstring for how memory is capped).
+    memory_cgroup: cap Limits.memory_mb with a per-sandbox memory cgroup; None = wherever the
+    host allows it, False = RLIMIT_AS per process and tmpfs sizes only.
     exact_cpu: also meter CPU with a per-sandbox cgroup (cgroup.py); None = wherever the host
     allows it. /proc metering alone misses short-lived children that are never waited for.
     gpus: None (no GPU, no NVIDIA device nodes), "all" or indices "0,1" (sandbox.gpus): those
@@ -159,6 +183,7 @@ class BwrapSandbox:
         exact_cpu: bool | None = None,
         gpus: str | None = None,
         gpu_reader: NvmlReader | None = None,
+        memory_cgroup: bool | None = None,
     ) -> None:
         self.threads = threads
         self.max_stdout_chars = max_stdout_chars
@@ -169,6 +194,11 @@ class BwrapSandbox:
         self.exact_cpu = (
             cgroups.create_allowed() if exact_cpu is None else exact_cpu and cgroups.create_allowed()
         )
+        self.memory_cgroup = cgroups.memory_allowed() if memory_cgroup is None else bool(memory_cgroup)
+        if not self.hardened and not self.memory_cgroup:
+            log.warning(
+                "bubblewrap %s cannot size /tmp: without memory cgroups it is not within memory_mb", bwrap
+            )
         self._exe = shutil.which(bwrap) or bwrap
         self._gpu_set = sandbox_gpus(gpus, gpu_reader)
         self.gpus = self._gpu_set.ids if self._gpu_set is not None else None
@@ -184,14 +214,22 @@ class BwrapSandbox:
         visible = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(map(str, self.gpus))}
         return sandbox_env(self.threads, limits, {**visible, **(env or {})})
 
-    def command(self, argv: list[str], mounts: list[Mount], cwd: str, out_dir: Path) -> list[str]:
+    def tmpfs_mb(self, memory_mb: int | None, capped: bool) -> int:
+        """Size of /tmp and of /dev/shm each: within the memory cap (half of it without a cgroup)."""
+        if not memory_mb:
+            return self.tmp_mb
+        return max(1, min(self.tmp_mb, int(memory_mb) if capped else int(memory_mb) // 2))
+
+    def command(
+        self, argv: list[str], mounts: list[Mount], cwd: str, out_dir: Path, tmp_mb: int | None = None
+    ) -> list[str]:
         """The bwrap command line; parents are mounted before what is mounted inside them."""
         cmd = [self._exe, *(HARDEN_FLAGS if self.hardened else ()), *BASE_FLAGS, "--hostname", "vtb"]
         cmd += ["--proc", "/proc", "--dev", "/dev"]
         for node in nvidia_nodes(self.gpus) if self.gpus is not None else ():
             cmd += ["--dev-bind", f"{DEV_DIR}/{node}", f"/dev/{node}"]
         if self.hardened:
-            size = str(self.tmp_mb << 20)
+            size = str((tmp_mb or self.tmp_mb) << 20)
             cmd += ["--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/dev/shm"]
         else:
             cmd += ["--tmpfs", "/tmp"]
@@ -229,12 +267,17 @@ class BwrapSandbox:
             out_dir = Path(tempfile.mkdtemp(prefix="vtb-out-"))
         except OSError as e:
             raise SandboxStartError(f"no private output dir for the sandbox: {e}") from e
-        cgroup = cgroups.create() if self.exact_cpu else None
+        memory = cgroups.create_memory(limits.memory_mb) if limits.memory_mb and self.memory_cgroup else None
+        if memory is None and limits.memory_mb and self.memory_cgroup:
+            log.warning("no memory cgroup for this sandbox: RLIMIT_AS and tmpfs sizes cap it instead")
+        cgroup = cgroups.create(share=memory) if self.exact_cpu else None
         # Where the host allows it a pids cgroup caps the tree (fork fails past it); elsewhere
         # the monitor kills a tree that grows past the cap at its next poll.
-        pids = cgroups.create_pids(limits.max_processes) if limits.max_processes else None
+        pids = cgroups.create_pids(limits.max_processes, share=memory) if limits.max_processes else None
         try:
-            cmd = launcher(cgroup, limits.memory_mb, pids) + self.command(argv, mounts, cwd, out_dir)
+            tmp_mb = self.tmpfs_mb(limits.memory_mb, memory is not None)
+            rlimit_mb = limits.memory_mb if self.gpus is None else None
+            cmd = launcher(cgroup, rlimit_mb, pids, memory) + self.command(argv, mounts, cwd, out_dir, tmp_mb)
             rfd, wfd = os.pipe()
             try:
                 started = time.monotonic()
@@ -263,9 +306,11 @@ class BwrapSandbox:
                 cgroup.close()
             if pids is not None:
                 cgroups.remove(pids)
+            if memory is not None:
+                memory.close()
             raise
         gpu = self._gpu_set.meter(started) if self._gpu_set is not None else None
-        return MonitoredProcess(popen, rfd, limits, out_dir, started, cgroup, pids, gpu)
+        return MonitoredProcess(popen, rfd, limits, out_dir, started, cgroup, pids, gpu, memory)
 
     def run(
         self,

@@ -7,8 +7,10 @@ read-only, the workspace read-write), `network_mode="none"`, a read-only root, a
 capabilities dropped, no-new-privileges, private size-capped /tmp and /dev/shm, and the host's
 uid. Limits are enforced from outside: wall time, CPU-seconds of the whole container (read from
 a per-sandbox parent cgroup, which keeps the count after the container is gone, so a short step
-is metered too), FLOPs from the usage file, a pids cap and a memory cap for the whole tree,
-and with GPUs the GPU-seconds of the host pids in the container's cgroups (NVML: gpu.py).
+is metered too), FLOPs from the usage file, a pids cap and ONE memory cap for everything the
+container holds (its processes and its /tmp and /dev/shm tmpfs pages, which the kernel charges to
+the container's cgroup, each tmpfs sized within the cap; no swap): an OOM kill in the container
+kills it all as "memory", and with GPUs the GPU-seconds of the host pids in the container's cgroups (NVML: gpu.py).
 
 Every container carries labels naming its owner process; a new `DockerSandbox` removes the
 containers of owners that are gone, so killing the orchestrator mid-step leaves nothing running
@@ -32,6 +34,7 @@ from pathlib import Path
 
 from vtb.sandbox.base import USAGE_FILE, Limits, Mount, SandboxResult, SandboxStartError
 from vtb.sandbox.bwrap import check_mount
+from vtb.sandbox.cgroup import MemoryCgroup
 from vtb.sandbox.gpu import GpuMeter, NvmlReader, sandbox_gpus
 from vtb.sandbox.monitor import POLL_S, _flops, read_usage, run_to_end, wait_or_kill
 from vtb.sandbox.output import StderrCollector
@@ -108,6 +111,29 @@ def _cgroup_pids(parent: str) -> set[int]:
             except (OSError, ValueError):
                 pass
     return pids
+
+
+def _memory_cgroup(pid: int) -> MemoryCgroup | None:
+    """The memory cgroup of a host process (the container's init): v1's memory hierarchy or v2.
+
+    Looked up through /proc rather than under the parent: on v1 the engine nests the container's
+    memory cgroup below its own, wherever the engine itself was started.
+    """
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            cand = MemoryCgroup(CGROUP_ROOT / "memory" / path.lstrip("/"), v2=False)
+        elif controllers == "":
+            cand = MemoryCgroup(CGROUP_ROOT / path.lstrip("/"), v2=True)
+        else:
+            continue
+        if (cand.path / ("memory.events" if cand.v2 else "memory.oom_control")).exists():
+            return cand
+    return None
 
 
 def _remove_cgroup(parent: str, timeout: float = 2.0) -> None:
@@ -198,7 +224,9 @@ class DockerSandbox:
         binds.append(types.Mount(os.path.dirname(USAGE_FILE), str(out_dir), type="bind", read_only=False))
         files, dirs = masked_paths(mounts)
         binds += [types.Mount(f, "/dev/null", type="bind", read_only=True) for f in files]
-        size = f"size={self.tmp_mb}m"
+        # Within the memory cap: the cgroup counts tmpfs pages anyway; the size only makes a write
+        # past it fail (ENOSPC) rather than kill the container.
+        size = f"size={min(self.tmp_mb, limits.memory_mb) if limits.memory_mb else self.tmp_mb}m"
         tmpfs = {"/tmp": size, "/dev/shm": size, **{d: "ro,size=1k" for d in dirs}}
         requests = None
         if not self.gpus:  # as in bwrap, no /sys (host devices, and a slow tree for `grep -r /`)
@@ -217,7 +245,7 @@ class DockerSandbox:
             security_opt=["no-new-privileges"],
             pids_limit=limits.max_processes,
             mem_limit=f"{limits.memory_mb}m" if limits.memory_mb else None,
-            memswap_limit=f"{limits.memory_mb}m" if limits.memory_mb else None,
+            memswap_limit=f"{limits.memory_mb}m" if limits.memory_mb else None,  # = memory: no swap
             cgroup_parent=parent,
             device_requests=requests,
             ipc_mode="private",
@@ -309,6 +337,7 @@ class DockerProcess:
         self._returncode: int | None = None
         self._ended: float | None = None
         self._cpu = 0.0
+        self._memcg: MemoryCgroup | None = None  # the container's, found at the first check
         self._result: SandboxResult | None = None
         threading.Thread(target=self._pump_stdin, args=(in_r,), daemon=True).start()
         threading.Thread(target=self._demux, args=(out_w,), daemon=True).start()
@@ -416,6 +445,8 @@ class DockerProcess:
             self._gpu.sample(pids, time.monotonic())
         if time.monotonic() >= deadline:
             self.kill("wall")
+        elif self._limits.memory_mb and self._oom_killed():
+            self.kill("memory")  # the kernel killed one process past the cap: the rest go with it
         elif self._cpu > self._limits.cpu_seconds:
             self.kill("cpu")
         elif self._limits.max_processes is not None and self._fork_refused():
@@ -425,6 +456,15 @@ class DockerProcess:
         elif self._limits.max_flops is not None:
             if _flops(read_usage(self._out_dir / "usage.json")) > self._limits.max_flops:
                 self.kill("flops")
+
+    def _oom_killed(self) -> bool:
+        """Whether the kernel's OOM killer fired in the container (its memory cgroup, found once)."""
+        if self._memcg is None:
+            try:
+                self._memcg = _memory_cgroup(int(self._api.inspect_container(self.id)["State"]["Pid"]))
+            except Exception:  # noqa: BLE001 (gone, or the engine does not say: OOMKilled at the end stands)
+                return False
+        return self._memcg is not None and self._memcg.oom_killed()
 
     def _fork_refused(self) -> bool:
         for path in glob.glob(str(CGROUP_ROOT / "pids" / self._parent / "*" / "pids.events")) + glob.glob(
