@@ -14,7 +14,7 @@ from html.parser import HTMLParser
 import pytest
 from markdown_it import MarkdownIt
 
-from vtb.record import md_text, write_report
+from vtb.record import write_report
 
 HOSTILE_NOTES = [
     "<script>alert(document.cookie)</script> tuned the lr",
@@ -129,6 +129,8 @@ def test_prefect_artifacts_escape_agent_text(tmp_path, captured):
 
 
 def test_md_text_renders_as_the_text_itself():
+    from vtb.record import md_text
+
     for raw in [*HOSTILE_NOTES, *HOSTILE_FILES, "plain words: trainer/config.json, lr 3e-3"]:
         html = _html(md_text(raw))
         assert html.startswith("<p>") and html.count("<p>") == 1, html  # one paragraph, no other block
