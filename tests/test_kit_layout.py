@@ -2,11 +2,16 @@
 
 A research command and a harness (the two kinds of untrusted code) try to import the
 orchestrator-only modules of every domain; each import must fail while the kits, the protocol
-and the trainer path import fine. Both sandbox backends.
+and the trainer path import fine, and no file a sandbox sees holds the test salt (both sandbox
+backends). The test split is drawn with the salt: the public seed alone (the old scheme) does
+not give it, another salt gives another test split and the same pool and val, and the run
+record holds the salt's hash only.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -126,3 +131,119 @@ def test_data_tools_run_in_the_sandbox(backend, data_dir, tmp_path):
                          limits=LIMITS, cwd="/ws")  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "rows: 5" in result.stdout and (ws / "data" / "train.jsonl").exists()
+
+
+SALT = "leaderboard-salt-" + hashlib.sha256(b"kit-layout").hexdigest()[:12]
+
+
+def _default_salt() -> str:
+    from vtb.domains import salt
+
+    return salt.DEFAULT_TEST_SALT
+
+
+def test_no_sandbox_file_holds_the_salt(backend, data_dir, tmp_path):
+    ws, base = tmp_path / "ws", tmp_path / "base"
+    ws.mkdir(), base.mkdir()
+    mounts = runner.research_mounts(ws, data_dir, base)
+    code = [str(m.target) for m in mounts if m.target.startswith(str(VTB_DIR))]
+    for secret in (_default_salt(), SALT):
+        found = backend.run(
+            ["grep", "-rlF", secret, *code, "/data", "/ws", "/base"], mounts=mounts, limits=LIMITS
+        )
+        assert found.returncode == 1 and found.stdout == "", found.stdout  # 1: searched, no match
+    sanity = backend.run(["grep", "-rlF", "SANDBOX_CODE", *code], mounts=mounts, limits=LIMITS)
+    assert sanity.returncode == 0 and "runtime.py" in sanity.stdout  # the grep did read the trees
+
+
+def _splits(name: str, task: TaskConfig, out: Path) -> dict[str, list[dict]]:
+    from vtb.domains.registry import get_domain
+
+    domain = get_domain(name)
+    domain.provision(task, out)
+    return {split: domain.split(out, split) for split in ("pool", "val", "test")}
+
+
+SMALL = {
+    "math": TaskConfig(name="math", n_pool=200, n_val=20, n_test=30),
+    "tau": TaskConfig(name="tau", n_users=20, n_pool=24, n_val=8, n_test=8),
+    "terminal": TaskConfig(name="terminal", n_pool=60, n_val=11, n_test=11),
+    "swe": TaskConfig(name="swe", n_pool=40, n_val=6, n_test=6),
+}
+TEXT = {"math": "question", "tau": "instruction", "terminal": "instruction", "swe": "problem_statement"}
+
+
+def _public_seed_test(name: str, task: TaskConfig) -> list[str]:
+    """The test split as the public seed alone produced it before the salt (the old scheme)."""
+    if name == "math":
+        from vtb.domains.math import generator
+
+        return [p["question"] for p in generator.generate_problems(task.data_seed, task.n_test)]
+    if name == "tau":
+        from vtb.domains.tau import db, tasks
+
+        made = tasks.make_tasks(
+            db.make_db(task.data_seed, task.n_users), task.data_seed + 1, task.n_test, "test"
+        )
+        return [t["instruction"] for t in made]
+    if name == "terminal":
+        from vtb.domains.terminal import generator
+
+        return [
+            t["instruction"] for t in generator.make_tasks(task.data_seed + 1, task.n_test, "test", set())
+        ]
+    from vtb.domains.swe import generator
+
+    return [i["problem_statement"] for i in generator.make_instances(task.data_seed + 1, task.n_test, "test")]
+
+
+@pytest.mark.parametrize("name", list(SMALL))
+def test_salted_test_split_is_not_the_public_seeds(name, tmp_path, monkeypatch):
+    monkeypatch.delenv("VTB_TEST_SALT", raising=False)
+    task = SMALL[name]
+    default = _splits(name, task, tmp_path / "default")
+    test = [t[TEXT[name]] for t in default["test"]]
+    assert len(test) == task.n_test
+    assert test != _public_seed_test(name, task)  # the generator + data_seed alone do not give it
+    other = _splits(name, dataclasses.replace(task, test_salt=SALT), tmp_path / "other")
+    assert other["pool"] == default["pool"] and other["val"] == default["val"]  # public seeds only
+    assert [t[TEXT[name]] for t in other["test"]] != test
+    texts = {split: {t[TEXT[name]] for t in rows} for split, rows in other.items()}
+    assert not texts["test"] & (texts["pool"] | texts["val"])  # still disjoint
+
+
+def test_salt_from_a_file_or_the_environment(tmp_path, monkeypatch):
+    from vtb.domains import salt
+
+    monkeypatch.delenv("VTB_TEST_SALT", raising=False)
+    (tmp_path / "salt").write_text(SALT + "\n")
+    inline = TaskConfig(test_salt=SALT)
+    from_file = TaskConfig(test_salt_file=str(tmp_path / "salt"))
+    monkeypatch.setenv("VTB_TEST_SALT", SALT)
+    from_env = TaskConfig()
+    assert salt.hidden_seed(inline) == salt.hidden_seed(from_file) == salt.hidden_seed(from_env)
+    monkeypatch.delenv("VTB_TEST_SALT")
+    assert salt.hidden_seed(TaskConfig()) != salt.hidden_seed(inline)
+    assert salt.salt_sha256(from_file) == hashlib.sha256(SALT.encode()).hexdigest()
+
+
+def test_the_run_record_holds_the_salt_hash_only(tmp_path, monkeypatch):
+    from hydra import compose, initialize_config_dir
+
+    from flows.bench import CONF_DIR, to_config
+    from vtb import pipeline
+
+    monkeypatch.delenv("VTB_TEST_SALT", raising=False)
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = to_config(compose(config_name="bench", overrides=[f"task.test_salt={SALT}"]))
+    dumped = json.dumps(dataclasses.asdict(cfg))  # what config.json and every cache key are made of
+    digest = hashlib.sha256(SALT.encode()).hexdigest()
+    assert SALT not in dumped and f"sha256:{digest}" in dumped
+    task = dataclasses.replace(cfg.task, n_pool=50, n_val=10, n_test=10)
+    data = pipeline.provision_data(task, tmp_path)
+    assert data["test_salt_sha256"] == digest and SALT not in json.dumps(data)
+    default = pipeline.provision_data(dataclasses.replace(task, test_salt=None), tmp_path)
+    assert default["data_dir"] != data["data_dir"] and default["hashes"]["test"] != data["hashes"]["test"]
+    assert default["hashes"]["pool"] == data["hashes"]["pool"]
+    for path in Path(data["data_dir"]).rglob("*"):
+        assert not path.is_file() or SALT.encode() not in path.read_bytes()

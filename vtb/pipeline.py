@@ -16,6 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from vtb.config import BenchConfig, ModelConfig, SandboxConfig, TaskConfig
+from vtb.domains import salt
 from vtb.domains.registry import get_domain
 from vtb.hashing import hash_dir, hash_file, hash_json
 from vtb.sandbox import make_sandbox, runtime_mounts
@@ -29,9 +30,14 @@ MODEL_CODE = ("models", "engine", "domains")
 
 
 def provision_data(task: TaskConfig, cache: Path) -> dict:
-    """Write the task's splits once per task config: research/ (pool, val) and hidden/ (test)."""
+    """Write the task's splits once per task config and salt: research/ (pool, val) and hidden/ (test).
+
+    The cache key and the result carry the salt's sha256 (`test_salt_sha256`, vtb/domains/salt.py),
+    never the salt: a salt from a file or the environment changes the key as an inline one does.
+    """
     domain = get_domain(task.name)
-    key = hash_json(asdict(task))[:16]
+    salt_hash = salt.salt_sha256(task)
+    key = hash_json([asdict(task), salt_hash])[:16]
     data_dir = cache / "data" / f"{task.name}-{key}"
     if not (data_dir / "DONE").exists():
         tmp = Path(tempfile.mkdtemp(dir=cache, prefix=".data-"))
@@ -49,6 +55,7 @@ def provision_data(task: TaskConfig, cache: Path) -> dict:
             "val": hash_file(data_dir / "research" / "val.jsonl"),
             "test": hash_file(data_dir / "hidden" / "test.jsonl"),
         },
+        "test_salt_sha256": salt_hash,
     }
 
 

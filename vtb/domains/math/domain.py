@@ -1,7 +1,8 @@
 """The math domain as the pipeline sees it: splits, initial/reference systems, reward.
 
-Splits are fixed by task.data_seed, so every research agent and seed starts from the same
-initial system and is graded on the same hidden test split.
+Pool and val are fixed by task.data_seed, the test split by the salt too (vtb/domains/salt.py),
+so every research agent and seed starts from the same initial system and is graded on the same
+hidden test split, which no sandbox can rebuild.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import shutil
 from pathlib import Path
 
 from vtb.config import TaskConfig, TrainerConfig
+from vtb.domains import salt
 from vtb.domains.math import generator, loaders
 from vtb.domains.math.env import MathEnv, MathEpisode
 from vtb.domains.math.kit import datatools
@@ -37,14 +39,12 @@ WORKSPACE_README = """# Workspace of the agent system (math)
 
 
 def _real_splits(task: TaskConfig) -> dict[str, list[dict]]:
-    """Shuffle a real data set (fixed seed) into test / val / pool."""
+    """A real data set cut into test / val / pool (val by the public seed, test by the salt)."""
     if not task.path:
         raise ValueError(f"task.source={task.source} needs task.path=<local file or HF dataset name>")
     split = {"aime": "train"}.get(task.source, "test")  # AIME sets on the hub only have a train split
-    records = loaders.load(task.source, task.path, split)
-    random.Random(task.data_seed).shuffle(records)
-    test, val = records[: task.n_test], records[task.n_test : task.n_test + task.n_val]
-    return {"test": test, "val": val, "pool": records[task.n_test + task.n_val :]}
+    test, val, pool = salt.cut_records(loaders.load(task.source, task.path, split), task)
+    return {"test": test, "val": val, "pool": pool}
 
 
 class MathDomain:
@@ -53,9 +53,8 @@ class MathDomain:
 
     def provision(self, task: TaskConfig, out: Path) -> dict:
         if task.source == "embedded":
-            splits = generator.make_splits(
-                task.data_seed, task.n_pool, task.n_val, task.n_test, task.min_steps, task.max_steps
-            )
+            splits = generator.make_splits(task.data_seed, task.n_pool, task.n_val, task.n_test, task.min_steps,
+                                           task.max_steps, test_seed=salt.hidden_seed(task))  # fmt: skip
         else:
             splits = _real_splits(task)
         seen: dict[str, str] = {}

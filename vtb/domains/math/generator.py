@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from vtb.domains import salt
 from vtb.domains.math.kit.datatools import strip_annotations  # noqa: F401  (re-exported for the domain)
 
 NUMBER_MAX = 999
@@ -274,22 +275,32 @@ def generate_problems(seed: int, n: int, min_steps: int = 1, max_steps: int = 4)
 
 
 def make_splits(
-    seed: int, n_pool: int, n_val: int, n_test: int, min_steps: int = 1, max_steps: int = 4
+    seed: int,
+    n_pool: int,
+    n_val: int,
+    n_test: int,
+    min_steps: int = 1,
+    max_steps: int = 4,
+    *,
+    test_seed: int | None = None,
 ) -> dict[str, list[dict]]:
-    """Disjoint pool / val / test splits.
+    """Disjoint pool / val / test splits; pool and val from the public `seed`, test from `test_seed`.
 
-    One generation call, cut test | val | pool, so the test and val splits do not depend on
-    n_pool and cover every step count. Disjointness is checked here, not assumed: a leak of
-    test questions into the train pool would void the benchmark.
-    """
-    problems = generate_problems(seed, n_test + n_val + n_pool, min_steps, max_steps)
-    if len(problems) != n_test + n_val + n_pool:
-        raise ValueError(f"generator returned {len(problems)} problems, expected {n_test + n_val + n_pool}")
-    cuts = {
-        "test": problems[:n_test],
-        "val": problems[n_test : n_test + n_val],
-        "pool": problems[n_test + n_val :],
-    }
+    One generation call from `seed`, cut val | pool (val does not depend on n_pool and covers
+    every step count), then the test split from `test_seed` (vtb.domains.salt: derived from a
+    secret salt), skipping every pool and val question, so pool and val are reproducible from
+    the public seed and the test split is not. Disjointness is checked here, not assumed: a
+    leak of test questions into the train pool would void the benchmark. `test_seed=None`: the
+    default salt's seed (what a run with task.test_salt unset draws).
+    """  # fmt: skip
+    if test_seed is None:
+        test_seed = salt.seed_for(salt.DEFAULT_TEST_SALT, seed)
+    public = generate_problems(seed, n_val + n_pool, min_steps, max_steps)
+    if len(public) != n_val + n_pool:
+        raise ValueError(f"generator returned {len(public)} problems, expected {n_val + n_pool}")
+    taken = {normalize_question(p["question"]) for p in public}
+    hidden = _generate(random.Random(test_seed), n_test, min_steps, max_steps, "gen", taken)
+    cuts = {"test": hidden, "val": public[:n_val], "pool": public[n_val:]}
     splits: dict[str, list[dict]] = {}
     for name, rows in cuts.items():
         width = 5 if name == "pool" else 4

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from vtb.config import TaskConfig
-from vtb.domains import common
+from vtb.domains import common, salt
 from vtb.domains.swe import generator, grading
 from vtb.domains.swe.env import SweEpisode
 from vtb.domains.swe.kit import datatools, prompting
@@ -51,9 +51,11 @@ class SweDomain(common.RowSystems):
     def provision(self, task: TaskConfig, out: Path) -> dict:
         if task.source == "embedded":
             taken: set = set()
-            test = generator.make_instances(task.data_seed + 1, task.n_test, "test", taken)
+            # pool and val from the public seed first, then the test split from the salted
+            # seed (vtb/domains/salt.py), skipping everything they hold
             val = generator.make_instances(task.data_seed + 2, task.n_val, "val", taken)
             pool = generator.make_instances(task.data_seed + 3, task.n_pool, "train", taken)
+            test = generator.make_instances(salt.hidden_seed(task), task.n_test, "test", taken)
         else:
             test, val, pool = _real_splits(task)
         return common.write_splits(out, pool, val, test, public=("instance_id", "bug"))

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 from vtb.config import TaskConfig, TrainerConfig
-from vtb.domains import common
+from vtb.domains import common, salt
 from vtb.domains.kit.jsonl import read_jsonl, write_jsonl
 from vtb.domains.math.domain import trainer_dict
 from vtb.domains.tau import db as dbgen
@@ -58,9 +58,11 @@ class TauDomain:
         if task.source == "embedded":
             db = dbgen.make_db(task.data_seed, task.n_users)
             taken: set = set()
-            test = tasks.make_tasks(db, task.data_seed + 1, task.n_test, "test", taken)
+            # pool and val from the public seed first, then the test tasks from the salted seed
+            # (vtb/domains/salt.py), skipping every task they hold
             val = tasks.make_tasks(db, task.data_seed + 2, task.n_val, "val", taken)
             pool = tasks.make_tasks(db, task.data_seed + 3, task.n_pool, "train", taken)
+            test = tasks.make_tasks(db, salt.hidden_seed(task), task.n_test, "test", taken)
             policy = POLICY
         else:
             test, val, pool, db, policy = _real_splits(task)
@@ -222,6 +224,5 @@ def _real_splits(task: TaskConfig):
             "task.user_base_url=... task.user_model=..."
         )
     db, records, policy = loaders.load(task.source, task.path, "test")
-    random.Random(task.data_seed).shuffle(records)
-    test, val = records[: task.n_test], records[task.n_test : task.n_test + task.n_val]
-    return test, val, records[task.n_test + task.n_val :], db, policy
+    test, val, pool = salt.cut_records(records, task)  # test by the salt (vtb/domains/salt.py)
+    return test, val, pool, db, policy

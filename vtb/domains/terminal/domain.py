@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from vtb.config import TaskConfig
-from vtb.domains import common
+from vtb.domains import common, salt
 from vtb.domains.terminal import generator, taskdir
 from vtb.domains.terminal.env import TerminalEpisode, pass_at_k
 from vtb.domains.terminal.kit import datatools
@@ -50,9 +50,11 @@ class TerminalDomain(common.RowSystems):
     def provision(self, task: TaskConfig, out: Path) -> dict:
         if task.source == "embedded":
             taken: set = set()
-            test = generator.make_tasks(task.data_seed + 1, task.n_test, "test", taken)
+            # pool and val from the public seed first, then the test split from the salted
+            # seed (vtb/domains/salt.py), skipping everything they hold
             val = generator.make_tasks(task.data_seed + 2, task.n_val, "val", taken)
             pool = generator.make_tasks(task.data_seed + 3, task.n_pool, "train", taken)
+            test = generator.make_tasks(salt.hidden_seed(task), task.n_test, "test", taken)
         else:
             test, val, pool = _real_splits(task)
         for t in pool:
@@ -110,10 +112,7 @@ class TerminalDomain(common.RowSystems):
 
 
 def _real_splits(task: TaskConfig) -> tuple[list[dict], list[dict], list[dict]]:
-    """Terminal-Bench / Harbor task folders under task.path, shuffled (fixed seed) into splits."""
+    """Terminal-Bench / Harbor task folders under task.path, cut into splits (test by the salt)."""
     if not task.path:
         raise ValueError("task.source=terminal_bench needs task.path=<folder of task folders>")
-    tasks = taskdir.load_tasks(Path(task.path))
-    random.Random(task.data_seed).shuffle(tasks)
-    test, val = tasks[: task.n_test], tasks[task.n_test : task.n_test + task.n_val]
-    return test, val, tasks[task.n_test + task.n_val :]
+    return salt.cut_records(taskdir.load_tasks(Path(task.path)), task)

@@ -1,0 +1,103 @@
+"""The test-split secret: the salt the hidden test split is drawn with (orchestrator only).
+
+Pool and val are pure functions of the public `task.data_seed` (anyone can rebuild them, as
+they can read them). The embedded test split, and the hidden part of a real data set that has
+no official held-out split, are drawn with a seed derived from sha256(salt, data_seed), so the
+generator code and the public seed alone cannot rebuild it. This module is not in the sandbox
+layout (vtb.sandbox.runtime.SANDBOX_CODE), so no sandbox can read the default either.
+
+Where the salt comes from, first one set wins:
+  task.test_salt        inline; replaced at config load by "sha256:<hex>" (TaskConfig.__post_init__),
+                        the value kept only in this process's memory, so config.json, cache keys
+                        and logs hold the hash. Handy for a one-off; a file or the env var is
+                        better for a leaderboard (nothing in the command line or shell history).
+  task.test_salt_file   a file holding it (first line); the path is recorded, never the content.
+  $VTB_TEST_SALT        the orchestrator's environment (sandboxes never inherit it).
+  DEFAULT_TEST_SALT     below.
+
+Why a fixed, published default: the README figures must reproduce on any machine from a clean
+clone, which needs every machine to draw the same test split. The default keeps a sandboxed
+agent from rebuilding the split (it cannot read this file), but not a person who reads the
+repository, so a leaderboard's owner sets a private salt that no published code contains and
+publishes only its sha256 (recorded in the manifest as `test_salt_sha256`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+from pathlib import Path
+
+DEFAULT_TEST_SALT = "vtb-default-test-salt:7f3c1e0a9b5d4c2e8a6f"
+ENV_VAR = "VTB_TEST_SALT"
+SEALED = "sha256:"
+MAX_SALT_BYTES = 4096
+
+# "sha256:<hex>" -> an inline salt given in this process (never written anywhere).
+_INLINE: dict[str, str] = {}
+
+
+def sha256(salt: str) -> str:
+    return hashlib.sha256(salt.encode()).hexdigest()
+
+
+def seal(value: str | None) -> str | None:
+    """An inline salt as "sha256:<hex>", remembered in memory; None and sealed values pass through."""
+    if value is None or value.startswith(SEALED):
+        return value
+    if not value:
+        raise ValueError("task.test_salt must not be empty (leave it null for the default)")
+    sealed = SEALED + sha256(value)
+    _INLINE[sealed] = value
+    return sealed
+
+
+def resolve(task) -> str:
+    """The salt for `task` (a TaskConfig): inline, file, environment, default; never logged."""
+    inline = getattr(task, "test_salt", None)
+    if inline:
+        if inline not in _INLINE:
+            raise ValueError(
+                "task.test_salt holds only the hash of a salt given inline in another process; give the "
+                f"salt again (task.test_salt=..., task.test_salt_file=... or ${ENV_VAR})"
+            )
+        return _INLINE[inline]
+    path = getattr(task, "test_salt_file", None)
+    if path:
+        raw = Path(path).expanduser().read_bytes()[:MAX_SALT_BYTES]
+        salt = raw.decode("utf-8", "strict").splitlines()[0].strip() if raw.strip() else ""
+        if not salt:
+            raise ValueError(f"task.test_salt_file={path} holds no salt")
+        return salt
+    return os.environ.get(ENV_VAR) or DEFAULT_TEST_SALT
+
+
+def salt_sha256(task) -> str:
+    """The sha256 of the task's salt: what the run record and the data cache key hold."""
+    return sha256(resolve(task))
+
+
+def seed_for(salt: str, data_seed: int, scope: str = "test") -> int:
+    """sha256(salt, data_seed, scope) as a 64-bit integer: the seed of a hidden split."""
+    text = f"{salt}\0{data_seed}\0{scope}"
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+
+
+def hidden_seed(task, scope: str = "test") -> int:
+    """The seed of the task's hidden split (its salt and its public data_seed)."""
+    return seed_for(resolve(task), task.data_seed, scope)
+
+
+def cut_records(records: list, task) -> tuple[list, list, list]:
+    """(test, val, pool) of a real data set cut three ways (no official held-out split used).
+
+    Val is the first n_val records of the public `data_seed` shuffle; the test split is n_test
+    records of the rest drawn with the salted seed; the pool is what is left, so it depends on
+    the salt too (a partition of one set cannot keep pool and test independent of each other).
+    """
+    records = list(records)
+    random.Random(task.data_seed).shuffle(records)
+    val, rest = records[: task.n_val], records[task.n_val :]
+    random.Random(hidden_seed(task)).shuffle(rest)
+    return rest[: task.n_test], val, rest[task.n_test :]
