@@ -31,6 +31,7 @@ def train_step(
         seed=seed,
         limits=pipeline.step_limits(sandbox_cfg, max_flops, cpu_seconds, gpu_seconds),
         echo=lambda line: print(f"  [train] {line}", flush=True),
+        checkpoint_caps=sandbox_cfg.checkpoint_caps(),
     )
     return {
         "ok": outcome.ok,

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from functools import cache
 from pathlib import Path
+
+from vtb import safefs
 
 
 def hash_json(obj: object) -> str:
@@ -14,24 +17,43 @@ def hash_json(obj: object) -> str:
 
 
 def hash_file(path: Path) -> str:
+    """sha256 of a regular file's bytes, opened without following a link at its last component."""
+    fd, _ = safefs._open_regular(str(path))
+    return _hash_fd(fd)
+
+
+def _hash_fd(fd: int) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
+    try:
+        while block := os.read(fd, 1 << 20):
             h.update(block)
+    finally:
+        os.close(fd)
     return h.hexdigest()
 
 
+def file_digests(path: Path) -> dict[str, str]:
+    """sha256 per regular file under path by relative path (an lstat walk: dotfiles and __pycache__
+    skipped; links, FIFOs, sockets and devices never followed or opened, and left out, as the
+    workspace snapshot leaves them out)."""
+    out = {}
+    for e in safefs.walk(Path(path), safefs.skip_hidden):
+        if e.kind == "file":
+            try:
+                fd, _ = safefs._open_regular(e.name, e.dir_fd)
+            except safefs.Rejected:
+                continue  # swapped for a link or a special file since the lstat
+            out[e.rel] = _hash_fd(fd)
+    return out
+
+
 def hash_dir(path: Path) -> str:
-    """Hash of relative paths and bytes of every file (dotfiles and __pycache__ skipped)."""
-    h = hashlib.sha256()
-    path = Path(path)
-    if not path.exists():
+    """Hash of relative paths and bytes of every regular file (see file_digests); None for no directory."""
+    if not safefs.is_real_dir(Path(path)):
         return hash_json(None)
-    for f in sorted(p for p in path.rglob("*") if p.is_file()):
-        rel = f.relative_to(path)
-        if any(part.startswith(".") or part == "__pycache__" for part in rel.parts):
-            continue
-        h.update(str(rel).encode() + b"\0" + hash_file(f).encode() + b"\0")
+    h = hashlib.sha256()
+    for rel, digest in sorted(file_digests(path).items(), key=lambda kv: kv[0].split("/")):
+        h.update(rel.encode() + b"\0" + digest.encode() + b"\0")
     return h.hexdigest()
 
 

@@ -3,14 +3,21 @@
 The research agent edits a live workspace; after each turn the pipeline snapshots
 data/, trainer/ and harness/ into a store keyed by their hashes. Train, validate and grade
 read snapshots, never the live workspace, so a later edit cannot change a past result.
+
+The workspace is written by sandboxed code, so a snapshot is a `safefs.copy_tree`: only
+regular files and directories are kept (links, FIFOs, sockets and devices are dropped and
+reported), and a part over its caps (apparent size, entries) raises `safefs.Rejected` before
+anything enters the store. The snapshot id is the hash of what was kept.
 """
 
 from __future__ import annotations
 
 import shutil
+import tempfile
 from pathlib import Path
 
-from vtb.hashing import hash_dir, hash_json
+from vtb import safefs
+from vtb.hashing import file_digests, hash_dir, hash_json
 
 PARTS = ("data", "trainer", "harness")
 
@@ -23,43 +30,51 @@ def snapshot_id(hashes: dict[str, str]) -> str:
     return hash_json(hashes)[:16]
 
 
-def snapshot(ws: Path, store: Path) -> str:
-    """Copy the parts of ws into store/<id> (once) and return the id."""
-    sid = snapshot_id(part_hashes(ws))
-    dest = store / sid
-    if not dest.exists():
-        tmp = store / f".{sid}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
+def snapshot(ws: Path, store: Path, caps: safefs.Caps = safefs.NO_CAPS, dropped: list | None = None) -> str:
+    """Copy the parts of ws into store/<id> (once) and return the id.
+
+    Each part is held to caps (Rejected past them); links and special files are left out and,
+    when `dropped` is a list, appended to it as {"path": "<part>/<rel>", "kind": ...}.
+    """
+    store.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".snap-", dir=store))
+    try:
         for part in PARTS:
-            if (ws / part).exists():
-                shutil.copytree(ws / part, tmp / part, ignore=shutil.ignore_patterns("__pycache__", ".*"))
-            else:
-                (tmp / part).mkdir(parents=True)
-        tmp.rename(dest)
+            lost = safefs.copy_tree(ws / part, tmp / part, caps, skip=safefs.skip_hidden)
+            if dropped is not None:
+                dropped += [
+                    {"path": f"{part}/{d['path']}".removesuffix("/."), "kind": d["kind"]} for d in lost
+                ]
+        sid = snapshot_id(part_hashes(tmp))
+        dest = store / sid
+        if not dest.exists():
+            try:
+                tmp.rename(dest)
+            except OSError:
+                if not dest.is_dir():  # not a concurrent writer of the same snapshot
+                    raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return sid
 
 
 def restore(store: Path, sid: str, ws: Path) -> None:
-    """Make the parts of ws identical to snapshot sid (other workspace files are left alone)."""
+    """Make the parts of ws identical to snapshot sid (other workspace files are left alone).
+
+    Whatever the sandbox left at a part's place (a tree, a link, a FIFO) is removed, not followed.
+    """
     for part in PARTS:
-        shutil.rmtree(ws / part, ignore_errors=True)
-        shutil.copytree(store / sid / part, ws / part)
+        safefs.remove(ws / part)
+        safefs.copy_tree(store / sid / part, ws / part)
 
 
 def changed_files(store: Path, before: str, after: str) -> dict[str, list[str]]:
     """Files added, removed or changed per part between two snapshots."""
     out: dict[str, list[str]] = {}
     for part in PARTS:
-        a, b = store / before / part, store / after / part
-        files_a = {p.relative_to(a): p for p in a.rglob("*") if p.is_file()}
-        files_b = {p.relative_to(b): p for p in b.rglob("*") if p.is_file()}
-        changed = sorted(
-            str(rel)
-            for rel in files_a.keys() | files_b.keys()
-            if rel not in files_a
-            or rel not in files_b
-            or files_a[rel].read_bytes() != files_b[rel].read_bytes()
-        )
+        a = file_digests(store / before / part)
+        b = file_digests(store / after / part)
+        changed = sorted(rel for rel in a.keys() | b.keys() if a.get(rel) != b.get(rel))
         if changed:
             out[part] = changed
     return out
