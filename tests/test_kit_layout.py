@@ -24,7 +24,7 @@ from vtb import runner
 from vtb.config import TaskConfig
 from vtb.domains.math.domain import MathDomain
 from vtb.sandbox import Limits, Sandbox
-from vtb.sandbox.runtime import SANDBOX_CODE, runtime_mounts
+from vtb.sandbox.runtime import runtime_mounts
 
 LIMITS = Limits(wall_seconds=120, cpu_seconds=120)
 VTB_DIR = Path(vtb.__file__).resolve().parent
@@ -45,9 +45,12 @@ ALLOWED = [
     *(f"vtb.domains.{d}.kit.prompting" for d in ("tau", "terminal", "swe")),
 ]  # fmt: skip
 
-PROBE = """
+# Each probe puts the package's parent first on sys.path, as an attacker could: then the result
+# does not depend on how the venv maps `vtb` (an editable install of another checkout).
+PROBE = f"""
 import importlib, json, sys
-out = {}
+sys.path.insert(0, {str(VTB_DIR.parent)!r})
+out = {{}}
 for name in sys.argv[1:]:
     try:
         importlib.import_module(name)
@@ -59,6 +62,7 @@ print(json.dumps(out))
 
 HARNESS = f"""
 import json, subprocess, sys
+sys.path.insert(0, {str(VTB_DIR.parent)!r})
 from vtb.protocol import serve
 PROBE = {PROBE!r}
 NAMES = {json.dumps(FORBIDDEN + ALLOWED)}
@@ -89,6 +93,8 @@ def _check(report: dict) -> None:
 
 
 def test_layout_is_one_list_of_existing_paths():
+    from vtb.sandbox.runtime import SANDBOX_CODE
+
     mounted = {m.target for m in runtime_mounts()}
     assert {str(VTB_DIR / rel) for rel in SANDBOX_CODE} <= mounted and str(VTB_DIR) not in mounted
     assert not any("generator" in rel or "grad" in rel or "loaders" in rel for rel in SANDBOX_CODE)
@@ -128,7 +134,7 @@ def test_data_tools_run_in_the_sandbox(backend, data_dir, tmp_path):
     cmd = ("python -m vtb.domains.math.kit.datatools from-pool /data/pool.jsonl data/train.jsonl --n 5 && "
            "python -m vtb.domains.math.kit.datatools check data/train.jsonl")  # fmt: skip
     result = backend.run(["/bin/sh", "-c", cmd], mounts=runner.research_mounts(ws, data_dir, base),
-                         limits=LIMITS, cwd="/ws")  # fmt: skip
+                         limits=LIMITS, cwd="/ws", env={"PYTHONPATH": str(VTB_DIR.parent)})  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "rows: 5" in result.stdout and (ws / "data" / "train.jsonl").exists()
 
