@@ -33,7 +33,11 @@ class Limits:
 
     wall_seconds: float = 600.0
     cpu_seconds: float = 600.0  # summed over the whole process tree, metered from outside
-    memory_mb: int | None = None  # address-space limit per process, None = unlimited
+    # ONE cap on all the tree holds at once, its RAM-backed /tmp and /dev/shm included (a memory
+    # cgroup; docker: the container's), killed="memory" past it. Where no cgroup can be made
+    # (bwrap): RLIMIT_AS per process plus /tmp and /dev/shm half of it each, so at most
+    # (1 + live processes) x memory_mb. None = unlimited.
+    memory_mb: int | None = None
     max_flops: float | None = None  # checked against the usage file the engines write
     # Tasks (processes and threads) alive at once in the tree, None = unlimited. Set it for
     # untrusted shell work (a fork bomb); not for torch, whose thread pools count too.
@@ -50,7 +54,7 @@ class SandboxResult:
     stderr: str
     wall_seconds: float
     cpu_seconds: float
-    # None, "wall", "cpu", "gpu", "flops", "procs", "memory" (docker) or "closed"
+    # None, "wall", "cpu", "gpu", "flops", "procs", "memory" or "closed"
     killed: str | None = None
     usage: dict = field(default_factory=dict)  # parsed usage file ({} if none was written)
     denials: list[str] = field(default_factory=list)  # stderr lines showing blocked access
