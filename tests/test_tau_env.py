@@ -788,3 +788,17 @@ def test_parse_undoes_spaced_decoding():
     assert prompting.parse(spaced, spaced=True) == {
         "type": "tool_call", "name": "get_order_details", "arguments": {"order_id": "#W885", "x": ["a.b@c"]}
     }  # fmt: skip
+
+
+def test_kit_check_without_replay_agrees_with_the_replayed_reward(provisioned):
+    """The sandbox-side check (no database, no user simulator) scores every bank demonstration,
+    clean and flawed, as the orchestrator's replay did."""
+    from vtb.domains.tau.kit import datatools as kit
+
+    domain, out, _ = provisioned
+    pool = {t["id"]: t for t in domain.split(out, "pool")}
+    bank = [json.loads(line) for line in (out / "research" / "demos.jsonl").read_text().splitlines()]
+    assert {d["reward"] for d in bank} == {0.0, 1.0}
+    assert [kit.gold_reward(d, pool[d["task_id"]]) for d in bank] == [d["reward"] for d in bank]
+    picked = kit.sample_demos(bank, 30, seed=1, flawed=0.5)
+    assert len(picked) == 30 and 0 < sum(d["reward"] for d in picked) < 30
