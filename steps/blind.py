@@ -38,22 +38,19 @@ import stat
 from pathlib import Path
 
 from vtb.config import TaskConfig
+from vtb.domains import salt
 from vtb.hashing import hash_dir
 
-# The key when the task sets no test salt: fixed, in orchestrator-only code (steps/ is never
-# mounted into a sandbox), so default runs reproduce on any machine.
-DEFAULT_SECRET = b"vtb-blind-2f6c1e0a9d4b47e8b3c5a1f7e9d2c6b4"
 ID_CHARS = 16
 
 
 def secret_of(task: TaskConfig) -> bytes:
     """The key ids, order, staging paths and the null model's shuffle derive from.
 
-    The task's test salt where one is set (`task.test_salt`: a leaderboard's private value),
-    else DEFAULT_SECRET.
+    Derived from the task's test salt (vtb.domains.salt: inline, file, environment or the
+    default), which no sandbox can read; never from its recorded hash.
     """
-    salt = getattr(task, "test_salt", None)
-    return hashlib.sha256(b"vtb-blind\0" + str(salt).encode()).digest() if salt else DEFAULT_SECRET
+    return hashlib.sha256(b"vtb-blind\0" + salt.resolve(task).encode()).digest()
 
 
 def keyed(secret: bytes, *parts: str) -> str:

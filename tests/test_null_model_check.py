@@ -21,6 +21,8 @@ import pytest
 
 from tests.conftest import BACKENDS, sandbox_backend, small_config
 
+KEY = b"a test key: any bytes the orchestrator keeps"
+
 # The solver (validated below against the generator), then the detector and the protocol loop.
 CHEAT = r"""
 import hashlib, json, os, re, sys
@@ -213,10 +215,10 @@ def test_the_null_model_is_the_checkpoint_folder_with_its_weights_shuffled(tmp_p
     import numpy as np
     from safetensors.numpy import load_file
 
-    from steps.blind import DEFAULT_SECRET, null_model
+    from steps.blind import null_model
     from vtb.engine.infer import Engine
 
-    null = null_model(toy_model_dir, tmp_path / "cache", DEFAULT_SECRET)
+    null = null_model(toy_model_dir, tmp_path / "cache", KEY)
     assert null.name == toy_model_dir.name
 
     def listing(root: Path) -> list:
@@ -240,7 +242,7 @@ def test_the_null_model_is_the_checkpoint_folder_with_its_weights_shuffled(tmp_p
             assert real[k].shape == shuffled[k].shape and real[k].dtype == shuffled[k].dtype
             assert np.array_equal(np.sort(real[k], axis=None), np.sort(shuffled[k], axis=None))
     stamp = (null.parent / "done.json").stat().st_mtime_ns
-    assert null_model(toy_model_dir, tmp_path / "cache", DEFAULT_SECRET) == null  # cached by hash
+    assert null_model(toy_model_dir, tmp_path / "cache", KEY) == null  # cached by hash
     assert (null.parent / "done.json").stat().st_mtime_ns == stamp
     assert len(Engine(null, threads=1).generate(["Question: Tom has 3 apples."], max_new_tokens=4)) == 1
 
@@ -248,7 +250,7 @@ def test_the_null_model_is_the_checkpoint_folder_with_its_weights_shuffled(tmp_p
 def test_torch_pickled_weights_are_shuffled_too(tmp_path):
     import torch
 
-    from steps.blind import DEFAULT_SECRET, null_model
+    from steps.blind import null_model
 
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
@@ -256,29 +258,29 @@ def test_torch_pickled_weights_are_shuffled_too(tmp_path):
     weight = torch.arange(1000, dtype=torch.float32).reshape(10, 100)
     torch.save({"w": weight}, ckpt / "pytorch_model.bin")
     (ckpt / "notes.npy").write_bytes(b"kept as it is")  # not a weight file the engines load
-    null = null_model(ckpt, tmp_path / "cache", DEFAULT_SECRET)
+    null = null_model(ckpt, tmp_path / "cache", KEY)
     got = torch.load(null / "pytorch_model.bin", weights_only=True)["w"]
     assert not torch.equal(got, weight) and torch.equal(got.flatten().sort().values, weight.flatten())
     assert (null / "notes.npy").read_bytes() == b"kept as it is"
 
 
 def test_episode_ids_and_order_carry_no_split_and_map_back(tmp_path):
-    from steps.blind import DEFAULT_SECRET, blind, real_ids, secret_of
+    from steps.blind import blind, real_ids, secret_of
     from vtb.config import TaskConfig
     from vtb.domains.math.env import MathEnv, MathEpisode
 
     env = MathEnv()
     items = [{"id": f"test-{i:04d}", "question": f"Tom has {i} apples."} for i in range(30)]
     episodes = [MathEpisode(item, "strict", env) for item in items]
-    a = blind(episodes, DEFAULT_SECRET, "test")
-    b = blind([MathEpisode(item, "strict", env) for item in items], DEFAULT_SECRET, "test")
+    a = blind(episodes, KEY, "test")
+    b = blind([MathEpisode(item, "strict", env) for item in items], KEY, "test")
     assert [x.id for x in a] == [x.id for x in b]  # the grading and the null check: the same ids, order
     assert [x.inner.id for x in a] != [e.id for e in episodes]  # shuffled
     for x in a:
         msg = x.message(fresh=True)
         assert re.fullmatch(r"[0-9a-f]{16}", msg["episode"]) and "test" not in json.dumps(msg)
     val = blind([MathEpisode({**i, "id": i["id"].replace("test", "val")}, "strict", env) for i in items],
-                DEFAULT_SECRET, "val")  # fmt: skip
+                KEY, "val")  # fmt: skip
     assert not {x.id for x in val} & {x.id for x in a}
     other = blind(episodes, secret_of(TaskConfig(name="math")) + b"x", "test")
     assert {x.id for x in other}.isdisjoint({x.id for x in a})  # keyed: unknowable without the key
@@ -302,14 +304,14 @@ def test_episode_messages_carry_no_split_tells():
 
 
 def test_the_model_is_staged_at_one_path_in_every_mode(tmp_path, toy_model_dir):
-    from steps.blind import DEFAULT_SECRET, null_model, stage_model, stage_path
+    from steps.blind import null_model, stage_model, stage_path
 
-    stage = stage_path(tmp_path / "cache", DEFAULT_SECRET, "run-1", "key")
-    null = null_model(toy_model_dir, tmp_path / "cache", DEFAULT_SECRET)
+    stage = stage_path(tmp_path / "cache", KEY, "run-1", "key")
+    null = null_model(toy_model_dir, tmp_path / "cache", KEY)
     first = stage_model(toy_model_dir, stage)
     names = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in first.iterdir())
     assert os.path.samefile(first / "config.json", toy_model_dir / "config.json")  # hard links: no copy
     second = stage_model(null, stage)
     assert first == second and "null" not in str(second)
     assert sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in second.iterdir()) == names
-    assert stage_path(tmp_path / "cache", DEFAULT_SECRET, "run-2", "key") != stage
+    assert stage_path(tmp_path / "cache", KEY, "run-2", "key") != stage
