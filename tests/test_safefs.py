@@ -388,3 +388,41 @@ def test_a_checkpoint_over_its_caps_fails_the_train_step_only(tmp_path, backend)
     assert "checkpoint rejected: checkpoint/ is over 64 MB" in outcome.summary["rejected"]
     assert "checkpoint rejected" in (tmp_path / "ck" / "train.log").read_text()
     assert not (tmp_path / "ck" / "checkpoint").exists()
+
+
+def test_a_rejected_turn_is_an_iteration_the_agent_sees_and_the_run_goes_on(tmp_path) -> None:
+    """Bench.iterate with its steps stubbed: the rejected turn is recorded untrained, with its reason,
+    and the next turn's feedback carries it."""
+    from flows.bench import Bench
+    from tests.conftest import small_config
+    from vtb.workspace import snapshot
+
+    cfg = small_config(tmp_path, "greedy", 0, "agent.max_iterations=2")
+    bench = Bench(cfg)
+    bench.initial = snapshot(_workspace(tmp_path / "ws0"), bench.store)
+    bench.model, bench.data = {"hash": "m"}, {"hashes": {"val": "v"}}
+    bench.data_dir, bench.base_dir = tmp_path / "data", tmp_path / "base"
+    charge = {"flops": 1.0, "cpu_seconds": 0.1, "gpu_seconds": 0.0, "wall_seconds": 0.1}
+    feedbacks = []
+
+    def call(name: str, **params) -> dict:
+        if name == "train":
+            return {"ok": True, "checkpoint": "/ck", "charge": charge, "killed": None, "returncode": 0,
+                    "summary": {}}  # fmt: skip
+        if name == "play":
+            return {"score": 0.25, "charge": charge, "n": 4, "answered": 4, "crashes": 0, "killed": [],
+                    "garbage": [], "engine": "tiny"}  # fmt: skip
+        feedbacks.append(params["feedback"])
+        reason = "workspace rejected, edits discarded: data/ is over 256 MB" if len(feedbacks) == 1 else None
+        return {"after": bench.initial, "done": len(feedbacks) == 2, "notes": f"[{reason}] n", "rejected": reason,
+                "dropped": [], "stopped": None, "error": None, "edits": {}, "charge": charge, "trajectory": [],
+                "egress": []}  # fmt: skip
+
+    bench._call = call
+    bench.rec.start(cfg)
+    bench.iterate()
+    assert [h["val_score"] for h in bench.history] == [0.25, None]
+    assert bench.history[1]["rejected"].endswith("data/ is over 256 MB") and bench.history[1]["train"] is None
+    assert len(feedbacks) == 2  # the run went on to the next turn
+    assert feedbacks[1]["history"][1]["rejected"].endswith("data/ is over 256 MB")
+    assert json.loads((bench.rec.dir / "iterations" / "01.json").read_text())["rejected"]
