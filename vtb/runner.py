@@ -7,7 +7,6 @@ sandbox: episodes carry inputs only, and rewards are computed here.
 
 from __future__ import annotations
 
-import json
 import queue
 import sys
 import tempfile
@@ -188,8 +187,8 @@ def _take_checkpoint(produced: Path, dest: Path, caps: safefs.Caps) -> tuple[str
 def _wants_deepspeed(config: Path) -> bool:
     """Whether the candidate's trainer config has a deepspeed block (a broken file: the trainer says so)."""
     try:
-        data = json.loads(config.read_text())
-    except (OSError, ValueError):
+        data = safefs.read_json(config, MAX_SUMMARY_BYTES)  # agent-written: bounded, no link followed
+    except OSError:
         return False
     return isinstance(data, dict) and data.get("deepspeed") is not None
 
