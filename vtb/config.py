@@ -147,8 +147,9 @@ class SandboxConfig:
     step_cpu_s: float = 1800.0  # per sandboxed step, whole process tree
     # One cap for everything a sandbox holds at once (processes, /tmp and /dev/shm): a cgroup
     # where the host allows it, else RLIMIT_AS per process plus tmpfs sizes (vtb/sandbox/bwrap.py).
-    # 6 GiB: ~9x the default math bench's peak (the SFT step, ~0.7 GiB), and a few sandboxes at
-    # once stay well within a 24 GiB machine. None = no cap.
+    # 6 GiB, measured (cgroup peak, tiny model): math SFT 0.7 GiB, harness 0.36; tau SFT
+    # (n_positions 512) 1.1 GiB; the two DeepSpeed CPU ranks of the tests 1.0 GiB. A few sandboxes
+    # at once stay well within a 24 GiB machine; the GPU budget preset raises it. None = no cap.
     memory_mb: int | None = 6144
     image: str = "vtb/runtime:latest"  # docker: the container image (scripts/build_images.sh)
     # None, "all" or device ids "0,1": the GPUs each sandbox gets (bwrap: their device nodes and
