@@ -1,8 +1,8 @@
 import json
 
 from vtb.config import TaskConfig, TrainerConfig
-from vtb.domains.math.kit.datatools import verify
 from vtb.domains.math.domain import MathDomain
+from vtb.domains.math.kit.datatools import verify
 from vtb.hashing import hash_dir
 
 

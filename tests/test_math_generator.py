@@ -10,7 +10,6 @@ from collections import Counter
 import pytest
 
 from vtb.domains.math import generator
-from vtb.domains.math.kit.datatools import safe_eval, verify
 from vtb.domains.math.generator import (
     NUMBER_MAX,
     TOKEN_RE,
@@ -21,6 +20,7 @@ from vtb.domains.math.generator import (
     pretraining_texts,
     strip_annotations,
 )
+from vtb.domains.math.kit.datatools import safe_eval, verify
 
 ANN = re.compile(r"<<([^<>=]+)=([^<>]+)>>(\d+)")
 SYMBOLS = {"<<", ">>", "####", *string.punctuation}

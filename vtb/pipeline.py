@@ -125,7 +125,11 @@ def _build_tiny(
         (work / "out").mkdir()
         mounts = runtime_mounts() + [Mount(work, "/build", writable=True)]
         argv = [sys.executable, "-m", "vtb.models.build", "/build/spec.json", "/build/out/model"]
-        limits = Limits(wall_seconds=sandbox_cfg.step_wall_s, cpu_seconds=sandbox_cfg.step_cpu_s)
+        limits = Limits(
+            wall_seconds=sandbox_cfg.step_wall_s,
+            cpu_seconds=sandbox_cfg.step_cpu_s,
+            memory_mb=sandbox_cfg.memory_mb,
+        )
         proc = sandbox_for(sandbox_cfg).start(argv, mounts=mounts, limits=limits, cwd="/build")
         proc.stdin.close()
         stream_lines(proc, echo)

@@ -60,9 +60,7 @@ ECHO_CHARS = 2000
 PLAY_QUEUE_LINES = 64  # harness lines read ahead of the orchestrator (each at most MAX_LINE_BYTES)
 
 
-def stream_lines(
-    proc, echo: Callable[[str], None] | None, stats: StreamStats | None = None
-) -> list[str]:
+def stream_lines(proc, echo: Callable[[str], None] | None, stats: StreamStats | None = None) -> list[str]:
     """The last lines of a sandboxed process's stdout (KEEP_LINES, KEEP_BYTES), read to its end.
 
     Lines over MAX_LINE_BYTES are dropped unread; what was left out is counted in `stats` and,
@@ -79,7 +77,9 @@ def stream_lines(
             stats.dropped_lines += 1
         if echo and echoed < ECHO_LINES:
             echoed += 1
-            echo(line.rstrip("\n")[:ECHO_CHARS] if echoed < ECHO_LINES else "[vtb: further output not echoed]")
+            echo(
+                line.rstrip("\n")[:ECHO_CHARS] if echoed < ECHO_LINES else "[vtb: further output not echoed]"
+            )
     head = []
     if stats.dropped_lines or stats.long_lines:
         head = [f"[vtb: output of {stats.bytes} bytes; kept the last {len(kept)} lines, dropped "
