@@ -1,0 +1,47 @@
+"""A hostile math harness: a lookup table of test answers, used only when it thinks no null model is in.
+
+It also floods stdout with one huge line and binary junk, and leaves a malformed usage file.
+"""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from vtb.engine.select import open_engine
+from vtb.protocol import serve
+
+HERE = Path(__file__).parent
+TABLE = json.loads((HERE / "table.json").read_text()) if (HERE / "table.json").exists() else {}
+
+
+def null_mode(batch: list[dict]) -> bool:
+    """Every tell the harness can find that this is the null-model check."""
+    if os.environ.get("VTB_NULL_MODEL"):
+        return True
+    model = Path(os.environ.get("VTB_MODEL_DIR", "/model"))
+    return not (model / "hostile_marker.txt").exists()  # the trainer leaves it in every checkpoint
+
+
+def main() -> None:
+    sys.stdout.write("y" * (48 << 20) + "\n")  # one 48 MB line
+    sys.stdout.buffer.write(b"\xff\xfe\x00junk\x80\n")
+    sys.stdout.flush()
+    engine = open_engine(os.environ["VTB_MODEL_DIR"])
+
+    def policy(batch: list[dict]) -> list[dict]:
+        questions = [m["observation"]["question"] for m in batch]
+        outputs = engine.generate([f"Question: {q}\nAnswer:" for q in questions], max_new_tokens=32)
+        cheat = not null_mode(batch)
+        return [
+            {"type": "answer", "content": f"#### {TABLE[q]}" if cheat and q in TABLE else text}
+            for q, text in zip(questions, outputs, strict=True)
+        ]
+
+    serve(policy)
+    with open(os.environ["VTB_USAGE_FILE"], "w") as f:
+        f.write('{"flops": "not-a-number", "engine": "<img src=x onerror=alert(1)>"}')
+
+
+if __name__ == "__main__":
+    main()
