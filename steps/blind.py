@@ -34,9 +34,9 @@ import hmac
 import json
 import os
 import shutil
-import stat
 from pathlib import Path
 
+from vtb import safefs
 from vtb.config import TaskConfig
 from vtb.domains import salt
 from vtb.hashing import hash_dir
@@ -126,37 +126,24 @@ def _copy_shuffled(src: Path, dst: Path, seed: int) -> None:
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    dst.mkdir(parents=True)
-    dirs = [(src, dst)]
-    for root, names, files in os.walk(src, followlinks=False):
-        rel = Path(root).relative_to(src)
-        for name in sorted(names):
-            if stat.S_ISDIR(os.lstat(Path(root) / name).st_mode):
-                (dst / rel / name).mkdir()
-                dirs.append((Path(root) / name, dst / rel / name))
-        for name in sorted(files):
-            path, target = Path(root) / name, dst / rel / name
-            if not stat.S_ISREG(os.lstat(path).st_mode):
-                continue  # links and special files: checkpoints taken in by the orchestrator have none
-            _copy_file(path, target)
-            if name.endswith(".safetensors"):
-                _shuffle_safetensors(target, rng)
-            elif name.endswith(TORCH_SUFFIXES):
-                _shuffle_torch(target, rng)
-            shutil.copystat(path, target, follow_symlinks=False)
-    for source, target in reversed(dirs):  # after their contents, which would touch the mtime
-        shutil.copystat(source, target, follow_symlinks=False)
+    safefs.copy_tree(src, dst)  # checkpoints taken in by the orchestrator have no links anyway
+    for e in safefs.walk(dst):
+        if e.kind == "file" and e.name.endswith(".safetensors"):
+            _shuffle_safetensors(dst / e.rel, rng)
+        elif e.kind == "file" and e.name.endswith(TORCH_SUFFIXES):
+            _shuffle_torch(dst / e.rel, rng)
+    _mirror_stats(src, dst)
 
 
-def _copy_file(src: Path, dst: Path) -> None:
-    fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{src} is not a regular file")
-        with os.fdopen(os.dup(fd), "rb") as f, open(dst, "xb") as out:
-            shutil.copyfileobj(f, out, 1 << 20)
-    finally:
-        os.close(fd)
+def _mirror_stats(src: Path, dst: Path) -> None:
+    """Give every entry of dst (a copy of the host-written tree src) its source's mode and times.
+
+    Folders come after their contents (which would touch their mtime), so names, sizes, modes
+    and times of the copy are the source's: nothing there tells a null model from the real one.
+    """
+    for e in reversed(list(safefs.walk(dst))):
+        shutil.copystat(src / e.rel, dst / e.rel, follow_symlinks=False)
+    shutil.copystat(src, dst, follow_symlinks=False)
 
 
 _ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I64": 8, "I32": 4,
@@ -231,25 +218,9 @@ def stage_model(source: Path, stage: Path) -> Path:
     """Fill `stage` with hard links to source's regular files (copies across file systems), stats kept."""
     tmp = stage.with_name(f".{stage.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    dirs = [(source, tmp)]
-    for root, names, files in os.walk(source, followlinks=False):
-        rel = Path(root).relative_to(source)
-        for name in sorted(names):
-            if stat.S_ISDIR(os.lstat(Path(root) / name).st_mode):
-                (tmp / rel / name).mkdir()
-                dirs.append((Path(root) / name, tmp / rel / name))
-        for name in sorted(files):
-            path, target = Path(root) / name, tmp / rel / name
-            if not stat.S_ISREG(os.lstat(path).st_mode):
-                continue
-            try:
-                os.link(path, target, follow_symlinks=False)
-            except OSError:
-                _copy_file(path, target)
-                shutil.copystat(path, target, follow_symlinks=False)
-    for src, target in reversed(dirs):
-        shutil.copystat(src, target, follow_symlinks=False)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    safefs.copy_tree(source, tmp, link=True)
+    _mirror_stats(source, tmp)
     shutil.rmtree(stage, ignore_errors=True)
     tmp.rename(stage)
     return stage
