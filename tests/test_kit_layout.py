@@ -95,8 +95,14 @@ def _check(report: dict) -> None:
 def test_layout_is_one_list_of_existing_paths():
     from vtb.sandbox.runtime import SANDBOX_CODE
 
-    mounted = {m.target for m in runtime_mounts()}
-    assert {str(VTB_DIR / rel) for rel in SANDBOX_CODE} <= mounted and str(VTB_DIR) not in mounted
+    mounts = runtime_mounts()
+    mounted = {m.target for m in mounts}
+    assert {str(VTB_DIR / rel) for rel in SANDBOX_CODE} <= mounted
+    # The package dir itself is only a read-only skeleton: empty folders and files under the binds.
+    (skeleton,) = [m for m in mounts if m.target == str(VTB_DIR)]
+    assert not skeleton.writable and skeleton.source.resolve() != VTB_DIR.resolve()
+    files = [p for p in skeleton.source.rglob("*") if p.is_file()]
+    assert files and all(p.stat().st_size == 0 for p in files)
     assert not any("generator" in rel or "grad" in rel or "loaders" in rel for rel in SANDBOX_CODE)
 
 

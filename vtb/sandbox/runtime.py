@@ -9,9 +9,12 @@ test split, nor read a grader's answers.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import vtb
@@ -103,7 +106,30 @@ def _runtime_paths() -> tuple[str, ...]:
             f"the vtb package at {root} lies inside a mounted runtime dir, so a sandbox would see all "
             "of it; install the checkout editable (pip install -e .) or use the docker images"
         )
-    return (*paths, *sandbox_code())
+    return tuple(paths)
+
+
+@functools.cache
+def _skeleton() -> str:
+    """A host dir holding the package's layout as empty folders and files, mounted read-only at
+    the package's path beneath the `SANDBOX_CODE` binds.
+
+    Without it the sandbox itself would make the folders between the binds (vtb/, domains/math/),
+    and where the checkout lies under a path that is a private tmpfs inside (a clone under /tmp)
+    those would be writable: harmless to the host, but a package dir the sandbox could add
+    modules to. Made once per process, owned by the orchestrator, removed at exit.
+    """
+    root = Path(tempfile.mkdtemp(prefix="vtb-layout-"))
+    atexit.register(shutil.rmtree, root, True)
+    package = Path(vtb.__file__).resolve().parent
+    for rel in SANDBOX_CODE:
+        target = root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if (package / rel).is_dir():
+            target.mkdir(exist_ok=True)
+        else:
+            target.touch()
+    return str(root)
 
 
 def runtime_mounts() -> list[Mount]:
@@ -113,7 +139,12 @@ def runtime_mounts() -> list[Mount]:
     ro, data ro, ...). Each path appears at its own location, so interpreter paths, venv
     symlinks and the editable install's package mapping keep working inside.
     """
-    return [Mount(Path(p), p) for p in _runtime_paths()]
+    package = str(Path(vtb.__file__).resolve().parent)
+    return [
+        *(Mount(Path(p), p) for p in _runtime_paths()),
+        Mount(Path(_skeleton()), package),
+        *(Mount(Path(p), p) for p in sandbox_code()),
+    ]
 
 
 def masked_paths(mounts: list[Mount]) -> tuple[list[str], list[str]]:
