@@ -12,13 +12,11 @@ import math
 
 import pytest
 
-from tests.conftest import BACKENDS, sandbox_backend
+from tests.conftest import BACKENDS, cli_turn_env, sandbox_backend
 from vtb import runner
-from vtb.agents import Feedback, make_agent
+from vtb.agents import make_agent
 from vtb.agents.cli import usage_from_output
-from vtb.config import AgentConfig
 from vtb.ledger import Charge, FlopsFloor, Ledger, checked
-from vtb.research import SandboxResearchEnv
 from vtb.sandbox.base import Limits, SandboxResult
 
 FORGED = ["-1e14", "NaN", "Infinity", "1e400", '"not-a-number"', "[1, 2]", '{"a": 1}', "true", "1e40"]
@@ -133,21 +131,8 @@ echo '{"type": "result", "usage": {"input_tokens": -100000000, "output_tokens": 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_cli_agent_cannot_refund_its_tokens(tmp_path, backend) -> None:
-    from vtb.runner import research_mounts
-
-    script = tmp_path / "cli" / "hostile-cli"
-    script.parent.mkdir()
-    script.write_text(HOSTILE_CLI)
-    script.chmod(0o755)
     prices = {"default": {"input": 1.0, "output": 2.0}}
-    cfg = AgentConfig(name="hostile", factory="cli", command=f"{script} {{prompt_file}}",
-                      mounts=[str(script.parent)], usage="claude", prices=prices)  # fmt: skip
-    ws, data, base = tmp_path / "ws", tmp_path / "data", tmp_path / "base"
-    for d in (ws / "data", ws / "trainer", ws / "harness", data / "research", base):
-        d.mkdir(parents=True)
-    (ws / "trainer" / "config.json").write_text("{}")
-    env = SandboxResearchEnv(ws, tmp_path / "store", Feedback("math", 1, 2, 0), sandbox_backend(backend),
-                             research_mounts(ws, data, base), Limits(wall_seconds=60, cpu_seconds=60))  # fmt: skip
+    cfg, env = cli_turn_env(tmp_path, backend, HOSTILE_CLI, usage="claude", prices=prices)
     make_agent(cfg).turn(env)
     assert env.charge.agent_tokens == 310  # old code: -99999691
     assert env.charge.agent_cost_usd == pytest.approx((300 * 1.0 + 10 * 2.0) / 1e6)  # a bad cost: priced

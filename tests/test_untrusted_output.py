@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BACKENDS, sandbox_backend
+from tests.conftest import BACKENDS, cli_turn_env, sandbox_backend
 from vtb.sandbox.output import MAX_LINE_BYTES
 
 JUNK = r"""
@@ -135,24 +135,9 @@ HOSTILE_CLI = (
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_hostile_cli_agent_costs_only_its_turn(tmp_path, backend) -> None:
-    from vtb.agents import Feedback, make_agent
-    from vtb.config import AgentConfig
-    from vtb.research import SandboxResearchEnv
-    from vtb.runner import research_mounts
-    from vtb.sandbox.base import Limits
+    from vtb.agents import make_agent
 
-    script = tmp_path / "cli" / "hostile-cli"
-    script.parent.mkdir()
-    script.write_text(HOSTILE_CLI)
-    script.chmod(0o755)
-    cfg = AgentConfig(name="hostile", factory="cli", command=f"{script} {{prompt_file}}",
-                      mounts=[str(script.parent)], usage="claude")  # fmt: skip
-    ws, data, base = tmp_path / "ws", tmp_path / "data", tmp_path / "base"
-    for d in (ws / "data", ws / "trainer", ws / "harness", data / "research", base):
-        d.mkdir(parents=True)
-    (ws / "trainer" / "config.json").write_text("{}")
-    env = SandboxResearchEnv(ws, tmp_path / "store", Feedback("math", 1, 2, 0), sandbox_backend(backend),
-                             research_mounts(ws, data, base), Limits(wall_seconds=60, cpu_seconds=60))  # fmt: skip
+    cfg, env = cli_turn_env(tmp_path, backend, HOSTILE_CLI, usage="claude")
     result = make_agent(cfg).turn(env)  # old code: OverflowError (int of 1e400) ends the run
     assert result.notes.startswith("hostile: exited 0")
     assert env.charge.agent_tokens == 0 and env.charge.agent_cost_usd == 0.0 and len(env.charge.errors) >= 4
