@@ -9,6 +9,7 @@ tests call directly. Each bench is one Prefect flow run.
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
@@ -64,9 +65,9 @@ class Bench:
         self.rec = record.RunRecord(self.runs / self.run_id)
         self.store = self.cache / "snapshots"
         self.store.mkdir(parents=True, exist_ok=True)
-        self.calibration = flops_floor_calibration(cfg, self.cache)
-        self.ledger = Ledger(cfg.budget.unit, cfg.budget.limit, cfg.budget.cpu_seconds,
-                             floor=floor_of(cfg, self.calibration))  # fmt: skip
+        # The FLOPs floor is set at provision time: its rates are calibrated on the base model.
+        self.ledger = Ledger(cfg.budget.unit, cfg.budget.limit, cfg.budget.cpu_seconds)
+        self.calibration: dict = {}
         self.history: list[dict] = []
         self.timings: list[dict] = []  # per step call: wall in the orchestrator, wall in the sandbox, cached
         self.charged: set[str] = set()  # step keys already charged in this run
@@ -109,6 +110,9 @@ class Bench:
         self.data_dir, self.base_dir = Path(self.data["data_dir"]), Path(self.model["base_dir"])
         self.initial = pipeline.build_system("initial", cfg, self.data_dir, self.store)
         say(f"data {self.data['counts']}, base model {self.model['n_params']} params", self.t0)
+        self.calibration = flops_floor_calibration(cfg, self.cache, self.base_dir, self.store / self.initial)
+        self.ledger.floor = floor_of(cfg, self.calibration)
+        self.rec.write_artifact("calibration.json", self.calibration)  # the FLOPs floor's rates and machine
 
     # train + validate one candidate ----------------------------------------------------------
     def _charge(self, step: str, iteration: int, key: str, charge: dict, budgeted: bool = True) -> None:
@@ -120,17 +124,17 @@ class Bench:
             known = {k: v for k, v in charge.items() if k in Charge.__dataclass_fields__}
             self.ledger.charge(step, iteration, Charge(**known))
 
-    def _step_limits(self, budgeted: bool) -> StepLimits:
-        """What the budget leaves the next step; nothing for unbudgeted steps (grading, reference)."""
+    def _step_limits(self, budgeted: bool, kind: str) -> StepLimits:
+        """What the budget leaves the next step of `kind`; nothing for unbudgeted steps (grading, reference)."""
         if not budgeted:
             return StepLimits(None, None, None)
-        return self.ledger.step_limits(self.cfg.sandbox.step_cpu_s)
+        return self.ledger.step_limits(self.cfg.sandbox.step_cpu_s, kind)
 
     def train(self, sid: str, iteration: int, budgeted: bool = True) -> tuple[str, dict]:
         hashes = part_hashes(self.store / sid)
         key = hash_json(["train", self.model["hash"], hashes["data"], hashes["trainer"], self.cfg.seed,
                          code_version(*pipeline.TRAIN_CODE)])  # fmt: skip
-        lim = self._step_limits(budgeted)
+        lim = self._step_limits(budgeted, "train")
         out = self._call("train", key=key, snapshot_dir=str(self.store / sid), base_dir=str(self.base_dir),
                                   cache=str(self.cache), seed=self.cfg.seed, sandbox_cfg=self.cfg.sandbox,
                                   max_flops=lim.max_flops, cpu_seconds=lim.cpu_seconds,
@@ -144,7 +148,7 @@ class Bench:
         key = hash_json(["play", train_key, hashes["harness"], split, self.data["hashes"][split], null_model,
                          asdict(self.cfg.task), asdict(self.cfg.engine),
                          code_version(*pipeline.PLAY_CODE)])  # fmt: skip
-        lim = self._step_limits(budgeted)
+        lim = self._step_limits(budgeted, "infer")
         # One staging path per (run, trained model): validation, grading and the null check all
         # mount /model from it, so the mount table names the same host path in every mode.
         stage = stage_path(self.cache, secret_of(self.cfg.task), self.run_id, train_key)
@@ -299,22 +303,30 @@ class Bench:
         return result
 
 
-def flops_floor_calibration(cfg: BenchConfig, cache: Path) -> dict:
-    """This machine's engine FLOPs per CPU-second: from budget.flops_per_cpu_second, or calibrated once."""
+def flops_floor_calibration(cfg: BenchConfig, cache: Path, base_dir: Path, system_dir: Path) -> dict:
+    """The floor's rates: budget.flops_per_cpu_second for every kind, or calibrated on this base model.
+
+    Keyed by the model's architecture (its config.json) and the trainer config, not the weights:
+    rates depend on shapes, so benches on one model shape share a calibration.
+    """
     if cfg.budget.flops_per_cpu_second is not None:
         return {"cpu_rate": float(cfg.budget.flops_per_cpu_second), "startup_cpu_seconds": 0.0,
                 "machine": {"key": "config"}}  # fmt: skip
     from vtb.calibrate import load_or_calibrate
 
     backend = f"{cfg.sandbox.backend} threads={cfg.sandbox.threads}"
-    return load_or_calibrate(pipeline.sandbox_for(cfg.sandbox), cache, backend)
+    model = hashlib.sha256((base_dir / "config.json").read_bytes()).hexdigest()[:16]
+    trainer = hashlib.sha256((system_dir / "trainer" / "config.json").read_bytes()).hexdigest()[:16]
+    sandbox = pipeline.sandbox_for(cfg.sandbox)
+    return load_or_calibrate(sandbox, cache, backend, base_dir, system_dir, model, trainer)
 
 
 def floor_of(cfg: BenchConfig, calibration: dict) -> FlopsFloor:
     return FlopsFloor(cpu_rate=calibration["cpu_rate"], fraction=cfg.budget.floor_fraction,
                       gpu_rate=cfg.budget.flops_per_gpu_second,
                       startup_cpu_seconds=calibration.get("startup_cpu_seconds", 0.0),
-                      machine=calibration["machine"]["key"])  # fmt: skip
+                      machine=calibration["machine"]["key"], train_rate=calibration.get("train_rate"),
+                      infer_rate=calibration.get("infer_rate"))  # fmt: skip
 
 
 def _agent_use(turn: dict | None) -> dict:
@@ -374,7 +386,6 @@ def run_bench(cfg: BenchConfig) -> dict:
 def bench_flow(cfg: BenchConfig) -> dict:
     bench = Bench(cfg)
     bench.rec.start(cfg)
-    bench.rec.write_artifact("calibration.json", bench.calibration)  # the FLOPs floor's rate and machine
     bench.provision()
     bench.iterate()
     result = bench.finish()

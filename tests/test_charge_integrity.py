@@ -140,3 +140,89 @@ def test_a_cli_agent_cannot_refund_its_tokens(tmp_path, backend) -> None:
     ledger = Ledger("flops", 1e13, 3600.0, floor=FlopsFloor(cpu_rate=1e9, fraction=0.1))
     booked = ledger.charge("agent", 1, env.charge)
     assert booked.agent_tokens == 310 and booked.agent_cost_usd > 0 and "negative" in ledger.entries[0].note
+
+
+def test_the_floor_rate_depends_on_the_step_kind() -> None:
+    floor = FlopsFloor(cpu_rate=1e9, fraction=0.5, startup_cpu_seconds=2.0, train_rate=4e9, infer_rate=2e9)
+    ledger = Ledger("flops", 1e13, 3600.0, floor=floor)
+    train = ledger.charge("train", 1, Charge(cpu_seconds=12.0))
+    play = ledger.charge("play-val", 1, Charge(cpu_seconds=12.0))
+    turn = ledger.charge("agent", 1, Charge(cpu_seconds=12.0))
+    assert (train.flops, play.flops, turn.flops) == pytest.approx((2e10, 1e10, 5e9))
+    small = Ledger("flops", 1e11, 3600.0, floor=floor)  # 1e11 FLOPs left: the rate turns it into seconds
+    assert small.step_limits(600, "train").cpu_seconds == pytest.approx(2.0 + 1e11 / 2e9)
+    assert small.step_limits(600, "infer").cpu_seconds == pytest.approx(2.0 + 1e11 / 1e9)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_idle_openmp_threads_sleep_so_cpu_seconds_meter_work(backend) -> None:
+    """Spinning OpenMP threads bill load as CPU-seconds (3.3x under 3x oversubscription, measured)."""
+    from vtb.sandbox import runtime_mounts
+
+    result = sandbox_backend(backend).run(
+        ["sh", "-c", "echo $OMP_WAIT_POLICY"], mounts=runtime_mounts(), limits=Limits(wall_seconds=30)
+    )
+    assert result.stdout.strip() == "PASSIVE", result
+
+
+# Runs the built-in trainer exactly as an honest candidate does, then overwrites the usage file
+# the engine wrote with 0: the same work, reported as none.
+UNDER_REPORTING_TRAINER = """import os, runpy, sys
+sys.argv = ["sft"] + sys.argv[1:]
+try:
+    runpy.run_module("vtb.engine.sft", run_name="__main__")
+finally:
+    open(os.environ["VTB_USAGE_FILE"], "w").write('{"flops": 0}')
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_under_reporting_buys_at_most_one_over_the_floor_fraction(tmp_path, backend, toy_model_dir) -> None:
+    """Calibrated on the base model, the floor sits under an honest train step and close to it.
+
+    On the old calibration (a smaller toy model than the base, one rate for every kind) the same
+    work reported as 0 FLOPs was charged 1/100 or less of the honest figure.
+    """
+    import random
+
+    from vtb import calibrate
+    from vtb.config import BudgetConfig
+    from vtb.models.toy import toy_example
+
+    sandbox = sandbox_backend(backend)
+    system = tmp_path / "system"
+    (system / "data").mkdir(parents=True)
+    (system / "trainer").mkdir()
+    rng = random.Random(0)
+    rows = [toy_example(rng) for _ in range(256)]
+    (system / "data" / "train.jsonl").write_text(
+        "".join(json.dumps({"prompt": f"Q: {q}\nA:", "completion": " " + a}) + "\n" for q, a in rows)
+    )
+    (system / "trainer" / "config.json").write_text(
+        json.dumps({"batch_size": 16, "max_steps": 400, "epochs": 100})
+    )
+    rates = calibrate.measure(sandbox, toy_model_dir, system)
+    fraction = BudgetConfig().floor_fraction
+    floor = FlopsFloor(
+        cpu_rate=rates["cpu_rate"],
+        fraction=fraction,
+        train_rate=rates["train_rate"],
+        infer_rate=rates["infer_rate"],
+        startup_cpu_seconds=rates["startup_cpu_seconds"],
+    )
+    limits = Limits(wall_seconds=300, cpu_seconds=300)
+    honest = runner.train(sandbox, system, toy_model_dir, tmp_path / "honest", seed=0, limits=limits)
+    (system / "trainer" / "train.py").write_text(UNDER_REPORTING_TRAINER)
+    forged = runner.train(sandbox, system, toy_model_dir, tmp_path / "forged", seed=0, limits=limits)
+    assert honest.ok and forged.ok, (honest.log[-2000:], forged.log[-2000:])
+    assert forged.charge.flops == 0 and honest.charge.flops > 0
+
+    ledger = Ledger("flops", 1e15, 3600.0, floor=floor)
+    booked_honest = ledger.charge("train", 1, honest.charge)
+    booked_forged = ledger.charge("train", 2, forged.charge)
+    assert booked_honest.flops == honest.charge.flops  # an honest step is charged what it reported
+    # The same work reported as nothing still costs about `fraction` of the honest figure (a
+    # quarter of that asserted: timed runs on a shared 2-core machine are noisy; measured 0.25 to
+    # 0.6 of the honest figure here, against 0.01 with the old calibration).
+    assert booked_forged.flops >= 0.25 * fraction * honest.charge.flops, (booked_forged, honest.charge, rates)

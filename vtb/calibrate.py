@@ -1,24 +1,35 @@
-"""How many engine FLOPs one metered CPU-second buys on this machine: the FLOPs floor's rate.
+"""How many FLOPs one metered CPU-second buys on this machine, per step kind: the FLOPs floor's rates.
 
-The ledger charges a step at least `budget.floor_fraction × metered CPU-seconds × this rate`
-(vtb/ledger.py), so a trainer or harness that under-reports its FLOPs gains nothing. The rate
-is measured, not assumed: the project's own engines run in a sandbox of the bench's backend,
-exactly as a step does (interpreter start, imports and all), a few SFT steps and a few batches
-of generation on a tiny toy model; the FLOPs they report divided by the CPU-seconds metered
-from outside is the rate (the lower of train and infer, so the floor fits both kinds of step).
+The ledger charges a step at least `budget.floor_fraction × (metered CPU-seconds past start-up)
+× the rate of its kind` (vtb/ledger.py), so a trainer or harness that under-reports its FLOPs
+gains at most 1/floor_fraction. The rates are measured, not assumed, with the bench's own parts: its base model,
+its initial system's data and trainer config, and the project's engines, run in a sandbox of
+the bench's backend exactly as a step is (interpreter start, imports and all):
 
-It is measured once per machine (CPU model, cores, torch, engine code, backend) and cached in
-`cache_dir/calibration/<key>.json`, and in a machine-wide copy ($VTB_CALIBRATION_DIR, default
-~/.cache/vtb/calibration) so that fresh cache dirs (tests, sweeps) do not pay it again.
+- start-up: a process that imports the engines and loads the base model, then exits;
+- train: the built-in trainer for TRAIN_STEPS steps on the initial system's data (more steps
+  when those were over too soon to time);
+- infer: the inference engine generating batches of its prompts for INFER_CPU_SECONDS of CPU.
+
+Each is run REPEATS times; a kind's rate is its reported FLOPs over its CPU-seconds past
+start-up, the fastest of the repeats (load only slows a run). An honest step of the same kind
+on the same model then reports about rate × its seconds (on the default math bench 0.7× to
+5×; longer runs amortise more), the fraction is the slack below that, and a step that
+reports far less is charged the floor.
+
+Measured once per (machine, backend, engine code, model shape, trainer config) and cached in
+`cache_dir/calibration/<key>.json` and a machine-wide copy ($VTB_CALIBRATION_DIR, default
+~/.cache/vtb/calibration), so that fresh cache dirs (tests, sweeps) do not pay it again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import platform
-import random
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -26,26 +37,39 @@ from vtb.hashing import code_version
 from vtb.sandbox import runtime_mounts
 from vtb.sandbox.base import Limits, Mount, Sandbox
 
-CODE = ("engine", "models", "calibrate.py")  # the code the rate depends on
-TRAIN_ROWS = 64
-TRAIN_STEPS = (4, 64)  # a small and a large run of each engine
-INFER_BATCHES = (1, 8)
-PROBE = """
-import sys
+CODE = ("engine", "models", "calibrate.py", "sandbox/runtime.py")  # the code the rates depend on
+TRAIN_STEPS = 12  # first try; more when these take under MIN_BUSY_CPU_SECONDS past start-up
+MAX_TRAIN_STEPS = 2000
+MIN_BUSY_CPU_SECONDS = 3.0
+REPEATS = 2  # each measurement; the fastest counts
+INFER_PROMPTS = 32
+INFER_TOKENS = 32  # new tokens per prompt and batch
+INFER_CPU_SECONDS = 4.0  # batches are generated until the process has used this much CPU past loading
+LOAD_PROBE = """
 from vtb.engine.infer import Engine
-from vtb.models.toy import toy_texts
+import vtb.engine.sft
+Engine("/model")
+"""
+INFER_PROBE = """
+import json, time
+from vtb.engine.infer import Engine
+rows = [json.loads(line) for line in open("/ws/data/train.jsonl")][:{n}]
+prompts = [r.get("prompt") or r.get("text", "")[:200] for r in rows] or ["Q:"]
 engine = Engine("/model")
-prompts = [t.split("A:")[0] + "A:" for t in toy_texts(32, seed=1)]
-for b in range({batches}):
-    engine.generate(prompts, max_new_tokens=32, seed=b)
+start, batch = time.process_time(), 0
+while batch == 0 or time.process_time() - start < {cpu}:
+    engine.generate(prompts, max_new_tokens={tokens}, seed=batch)
+    batch += 1
 """
 
 
-def machine_key(backend: str) -> dict:
-    """What the rate depends on; its hash names the cache file."""
+def machine_key(backend: str, model: str = "", trainer: str = "") -> dict:
+    """What the rates depend on; its hash names the cache file (model, trainer: their hashes)."""
     import torch
 
     facts = {
+        "model": model,
+        "trainer": trainer,
         "cpu": _cpu_model(),
         "cores": os.cpu_count(),
         "torch": torch.__version__,
@@ -71,9 +95,17 @@ def shared_dir() -> Path:
     return Path(os.environ.get("VTB_CALIBRATION_DIR") or Path.home() / ".cache" / "vtb" / "calibration")
 
 
-def load_or_calibrate(sandbox: Sandbox, cache_dir: Path, backend: str) -> dict:
-    """The calibration of this machine: from the cache when there is one, else measured now."""
-    facts = machine_key(backend)
+def load_or_calibrate(
+    sandbox: Sandbox,
+    cache_dir: Path,
+    backend: str,
+    base_dir: Path,
+    system_dir: Path,
+    model: str,
+    trainer: str,
+) -> dict:
+    """This machine's rates for this base model and trainer: from the cache when there, else measured now."""
+    facts = machine_key(backend, model, trainer)
     name = f"{facts['key']}.json"
     local = cache_dir / "calibration" / name
     for path in (local, shared_dir() / name):
@@ -85,7 +117,7 @@ def load_or_calibrate(sandbox: Sandbox, cache_dir: Path, backend: str) -> dict:
             if path != local:
                 _write(local, found)
             return found
-    found = {"machine": facts, **measure(sandbox)}
+    found = {"machine": facts, **measure(sandbox, base_dir, system_dir)}
     _write(local, found)
     try:
         _write(shared_dir() / name, found)
@@ -101,67 +133,67 @@ def _write(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def measure(sandbox: Sandbox) -> dict:
-    """Run the engines in `sandbox` at two sizes each; the line through them gives the rate.
+def measure(sandbox: Sandbox, base_dir: Path, system_dir: Path) -> dict:
+    """Measure start-up, train and infer in `sandbox` on `base_dir` with `system_dir`'s data and trainer.
 
-    {"cpu_rate": FLOPs per CPU-second past start-up, "startup_cpu_seconds": what a process
-    spends before its engine reports anything, "train": [...], "infer": [...]}: the slope and
-    intercept of reported FLOPs over metered CPU-seconds, the lower rate and start-up of the two.
+    {"train_rate", "infer_rate": FLOPs per CPU-second past start-up, "cpu_rate": the higher,
+    "startup_cpu_seconds", and the raw points}. Trusted code on the orchestrator's own inputs.
     """
     from vtb import runner
-    from vtb.models.toy import build_toy_model, toy_example
 
-    limits = Limits(wall_seconds=300, cpu_seconds=300)
-    points: dict[str, list[dict]] = {"train": [], "infer": []}
+    limits = Limits(wall_seconds=900, cpu_seconds=1800)
+    points: dict[str, list[dict]] = {"startup": [], "train": [], "infer": []}
     with tempfile.TemporaryDirectory(prefix="vtb-calibrate-") as tmp:
-        root = Path(tmp)
-        base = build_toy_model(root / "base", steps=2, n_texts=64, batch_size=16, progress=lambda s: None,
-                               n_layer=2, n_embd=64, n_head=2, n_positions=128)  # fmt: skip
-        cand = root / "cand"
-        (cand / "data").mkdir(parents=True)
-        (cand / "trainer").mkdir()
-        rng = random.Random(0)
-        rows = [toy_example(rng) for _ in range(TRAIN_ROWS)]
-        (cand / "data" / "train.jsonl").write_text(
-            "".join(json.dumps({"prompt": f"Q: {q}\nA:", "completion": " " + a}) + "\n" for q, a in rows)
-        )
-        for steps in TRAIN_STEPS:
-            (cand / "trainer" / "config.json").write_text(
-                json.dumps({"batch_size": 16, "max_steps": steps, "epochs": 100})
-            )
-            out = runner.train(sandbox, cand, base, root / f"out{steps}", seed=0, limits=limits)
-            if not out.ok:
-                raise RuntimeError(f"calibration: the SFT engine failed in the sandbox: {out.log[-2000:]}")
-            points["train"].append(_point(out.charge))
-        for batches in INFER_BATCHES:
-            argv = [runner.PYTHON, "-c", PROBE.format(batches=batches)]
-            result = sandbox.run(argv, mounts=runtime_mounts() + [Mount(base, "/model")], limits=limits)
-            if result.returncode != 0:
-                raise RuntimeError(f"calibration: the inference engine failed: {result.stderr[-2000:]}")
-            points["infer"].append(_point(runner.charge_of(result)))
-    lines = {kind: _line(pts) for kind, pts in points.items()}
+        cand = Path(tmp) / "cand"
+        shutil.copytree(system_dir, cand, symlinks=True)
+        mounts = runtime_mounts() + [Mount(base_dir, "/model"), Mount(cand, "/ws")]
+        config = json.loads((cand / "trainer" / "config.json").read_text())
+        steps = TRAIN_STEPS
+        for _ in range(REPEATS):
+            startup = _run(sandbox, LOAD_PROBE, mounts, limits, "loading the base model").cpu_seconds
+            points["startup"].append({"flops": 0.0, "cpu_seconds": round(startup, 3)})
+            for _ in range(2):  # a longer run when the first was too short to time past start-up
+                config.update(max_steps=steps, epochs=10_000)
+                (cand / "trainer" / "config.json").write_text(json.dumps(config))
+                out = runner.train(sandbox, cand, base_dir, Path(tmp) / "out", seed=0, limits=limits)
+                if not out.ok:
+                    raise RuntimeError(f"calibration: the built-in trainer failed: {out.log[-2000:]}")
+                busy = out.charge.cpu_seconds - startup
+                if busy >= MIN_BUSY_CPU_SECONDS or steps >= MAX_TRAIN_STEPS:
+                    break
+                steps = min(MAX_TRAIN_STEPS, math.ceil(steps * 2 * MIN_BUSY_CPU_SECONDS / max(busy, 0.2)))
+            points["train"].append(_point(out.charge.flops, out.charge.cpu_seconds))
+            code = INFER_PROBE.format(n=INFER_PROMPTS, tokens=INFER_TOKENS, cpu=INFER_CPU_SECONDS)
+            charge = runner.charge_of(_run(sandbox, code, mounts, limits, "the inference engine"))
+            points["infer"].append(_point(charge.flops, charge.cpu_seconds))
+    # Load only ever slows a run down, so the fastest of the repeats is the machine's rate.
+    startup = min(p["cpu_seconds"] for p in points["startup"])
+    rates = {kind: max(_rate(p, startup) for p in points[kind]) for kind in ("train", "infer")}
     return {
-        "cpu_rate": min(rate for rate, _ in lines.values()),
-        "startup_cpu_seconds": min(startup for _, startup in lines.values()),
-        **{
-            kind: {"points": points[kind], "rate": r, "startup_cpu_seconds": s}
-            for kind, (r, s) in lines.items()
-        },
+        "train_rate": rates["train"],
+        "infer_rate": rates["infer"],
+        "cpu_rate": max(rates.values()),  # research turns: their commands may run either engine
+        "startup_cpu_seconds": round(startup, 3),
+        "points": points,
     }
 
 
-def _point(charge) -> dict:
-    return {"flops": charge.flops, "cpu_seconds": round(charge.cpu_seconds, 3)}
+def _run(sandbox: Sandbox, code: str, mounts: list[Mount], limits: Limits, what: str):
+    from vtb import runner
+
+    result = sandbox.run([runner.PYTHON, "-c", code], mounts=mounts, limits=limits)
+    if result.returncode != 0:
+        raise RuntimeError(f"calibration: {what} failed in the sandbox: {result.stderr[-2000:]}")
+    return result
 
 
-def _line(points: list[dict]) -> tuple[float, float]:
-    """(slope, intercept on the CPU axis) through a small and a large run; the plain ratio if noisy."""
-    small, large = points
-    d_cpu = large["cpu_seconds"] - small["cpu_seconds"]
-    d_flops = large["flops"] - small["flops"]
-    if large["flops"] <= 0:
-        raise RuntimeError(f"calibration: the engines reported no FLOPs: {points}")
-    if d_cpu < 0.3 or d_flops <= 0:  # too close to tell apart under load: no start-up allowance
-        return large["flops"] / max(large["cpu_seconds"], 1e-3), 0.0
-    rate = d_flops / d_cpu
-    return rate, max(0.0, small["cpu_seconds"] - small["flops"] / rate)
+def _point(flops: float, cpu_seconds: float) -> dict:
+    if not flops > 0:
+        raise RuntimeError(f"calibration: the engines reported no FLOPs ({flops})")
+    return {"flops": flops, "cpu_seconds": round(cpu_seconds, 3)}
+
+
+def _rate(point: dict, startup: float) -> float:
+    """FLOPs per CPU-second past start-up; at least a tenth of the run counts as work (noisy start-ups)."""
+    busy = max(point["cpu_seconds"] - startup, 0.1 * point["cpu_seconds"], 1e-3)
+    return point["flops"] / busy

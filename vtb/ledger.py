@@ -14,13 +14,17 @@ harness, its shell commands) writes, so two rules make forging it useless:
   A bad one never raises; it is charged as 0, named in the charge's `errors` (and the ledger
   entry's note), and the floor below applies.
 - The FLOPs charged are `max(reported, floor)` with `floor = budget.floor_fraction ×
-  (metered CPU-seconds × the calibrated FLOPs per CPU-second of this machine's engines +
-  metered GPU-seconds × FLOPs per GPU-second)`, see vtb/calibrate.py. Both figures are kept
-  (`flops_reported`, `flops_floor`). Under-reporting therefore buys no more compute than the
-  outside meter allows; with flops as the unit, `step_limits` turns the FLOPs left into a CPU-
-  (and GPU-) seconds cap through the same rate, so a step that under-reports is also stopped
-  where an honest one would be. The fraction sits below what honest steps report, so honest
-  runs are charged exactly what they report and stay reproducible across machines.
+  (metered CPU-seconds past start-up × the calibrated FLOPs per CPU-second of this step's kind +
+  metered GPU-seconds × FLOPs per GPU-second)`. The rates are measured on the bench's own base
+  model with our engines (vtb/calibrate.py): train steps at the built-in trainer's rate, play
+  steps at the inference engine's, research turns at the higher of the two (their commands
+  can run either engine, e.g. train weights into the workspace). Both figures are kept
+  (`flops_reported`, `flops_floor`). The same work reported as less therefore still costs at
+  least `floor_fraction` of what it honestly costs; with flops as the unit, `step_limits` turns
+  the FLOPs left into a CPU- (and GPU-) seconds cap through the same rate, so a step that
+  under-reports is also stopped near where an honest one would be. The fraction is the slack
+  that keeps honest steps charged exactly what they report (so they reproduce across machines)
+  when load or less tightly written code makes them slower than the calibration.
 """
 
 from __future__ import annotations
@@ -128,19 +132,31 @@ NUMBERS = ("flops", "cpu_seconds", "gpu_seconds", "wall_seconds", "agent_tokens"
 class FlopsFloor:
     """The least FLOPs a step is charged for the seconds it was metered (see the module docstring)."""
 
-    cpu_rate: float  # calibrated engine FLOPs per metered CPU-second of this machine (past start-up)
+    cpu_rate: float  # FLOPs per metered CPU-second past start-up for steps of no one kind (agent turns)
     fraction: float  # budget.floor_fraction
     gpu_rate: float = 0.0  # FLOPs per metered GPU-second (budget.flops_per_gpu_second); 0: no GPU floor
     startup_cpu_seconds: float = 0.0  # calibrated CPU-seconds a process spends before any engine work
     machine: str = ""  # the calibration's machine key
+    train_rate: float | None = None  # train steps' rate (vtb/calibrate.py); None: cpu_rate
+    infer_rate: float | None = None  # play steps' rate; None: cpu_rate
 
-    def of(self, cpu_seconds: float, gpu_seconds: float) -> float:
+    def rate(self, kind: str) -> float:
+        """The CPU rate for a step of `kind` (train | infer | anything else: cpu_rate)."""
+        found = {"train": self.train_rate, "infer": self.infer_rate}.get(kind)
+        return self.cpu_rate if found is None else found
+
+    def of(self, cpu_seconds: float, gpu_seconds: float, kind: str = "") -> float:
         busy = max(0.0, cpu_seconds - self.startup_cpu_seconds)
-        return self.fraction * (busy * self.cpu_rate + gpu_seconds * self.gpu_rate)
+        return self.fraction * (busy * self.rate(kind) + gpu_seconds * self.gpu_rate)
 
     def seconds_for(self, flops: float, rate: float, startup: float = 0.0) -> float | None:
         """Metered seconds whose floor is `flops` (None: no floor at that rate, so no cap from it)."""
         return startup + flops / (self.fraction * rate) if self.fraction > 0 and rate > 0 else None
+
+
+def kind_of(step: str) -> str:
+    """A ledger step's kind for the floor: train, infer (play-<split>) or agent (a research turn)."""
+    return "infer" if step.startswith("play") else step
 
 
 @dataclass
@@ -170,18 +186,18 @@ class Ledger:
         self, step: str, iteration: int, charge: Charge, *, cached: bool = False, note: str = ""
     ) -> Charge:
         """Record one step's charge, validated again and raised to the FLOPs floor; returns what was charged."""
-        charge = self.settle(charge)
+        charge = self.settle(charge, kind_of(step))
         if charge.errors:
             note = "; ".join(filter(None, [note, "bad charge figures: " + "; ".join(charge.errors)]))
         self.entries.append(LedgerEntry(step, iteration, charge, cached, note))
         return charge
 
-    def settle(self, charge: Charge) -> Charge:
+    def settle(self, charge: Charge, kind: str = "") -> Charge:
         """The charge as the ledger books it: every number `checked`, FLOPs = max(reported, floor)."""
         valid = Charge.of(**{k: getattr(charge, k, 0.0) for k in NUMBERS})
         errors = list(getattr(charge, "errors", None) or [])
         errors = ([str(e)[:200] for e in errors if isinstance(e, str)] + valid.errors)[:MAX_ERRORS]
-        floor = self.floor.of(valid.cpu_seconds, valid.gpu_seconds) if self.floor else 0.0
+        floor = self.floor.of(valid.cpu_seconds, valid.gpu_seconds, kind) if self.floor else 0.0
         valid.flops_reported, valid.flops_floor = valid.flops, floor
         valid.flops = max(valid.flops, floor)
         valid.errors = errors
@@ -209,8 +225,8 @@ class Ledger:
         """GPU-seconds left when they are the budget unit, else None (not limited)."""
         return self.left() if self.unit == "gpu_seconds" else None
 
-    def step_limits(self, step_cpu_cap: float) -> StepLimits:
-        """(max FLOPs, max CPU-seconds, max GPU-seconds) the next sandboxed step may spend."""
+    def step_limits(self, step_cpu_cap: float, kind: str = "") -> StepLimits:
+        """(max FLOPs, max CPU-seconds, max GPU-seconds) the next sandboxed step of `kind` may spend."""
         cpu = min(step_cpu_cap, self.cpu_left())
         if self.unit == "cpu_seconds":
             return StepLimits(None, min(cpu, self.left()))
@@ -219,7 +235,7 @@ class Ledger:
         gpu = None
         if self.floor is not None:  # the seconds whose floor would pass the FLOPs left: a hard cap too
             cpu_floor = self.floor.seconds_for(
-                self.left(), self.floor.cpu_rate, self.floor.startup_cpu_seconds
+                self.left(), self.floor.rate(kind), self.floor.startup_cpu_seconds
             )
             cpu = cpu if cpu_floor is None else min(cpu, cpu_floor)
             gpu = self.floor.seconds_for(self.left(), self.floor.gpu_rate)

@@ -171,6 +171,9 @@ def sandbox_env(threads: int, limits: Limits, env: dict[str, str] | None) -> dic
         "TRANSFORMERS_OFFLINE": "1",
         "HF_HOME": "/tmp/hf",
         "TOKENIZERS_PARALLELISM": "false",
+        # Idle OpenMP threads sleep instead of spinning: CPU-seconds then meter work, not load
+        # (measured: 3.3x fewer CPU-seconds for the same training under 3x oversubscription).
+        "OMP_WAIT_POLICY": "PASSIVE",
         **{k: n for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")},
         **{k: n for k in ("RAYON_NUM_THREADS", "VTB_THREADS")},
     }
