@@ -110,6 +110,10 @@ class Bench:
         self.data_dir, self.base_dir = Path(self.data["data_dir"]), Path(self.model["base_dir"])
         self.initial = pipeline.build_system("initial", cfg, self.data_dir, self.store)
         say(f"data {self.data['counts']}, base model {self.model['n_params']} params", self.t0)
+        say(
+            "FLOPs floor: this machine's engine rates for this model shape (measured once, then cached)",
+            self.t0,
+        )
         self.calibration = flops_floor_calibration(cfg, self.cache, self.base_dir, self.store / self.initial)
         self.ledger.floor = floor_of(cfg, self.calibration)
         self.rec.write_artifact("calibration.json", self.calibration)  # the FLOPs floor's rates and machine
