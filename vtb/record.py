@@ -305,7 +305,7 @@ def write_report(run_dir: Path, result: dict, history: list[dict], grades: dict)
     if "null_model_score" in sub:
         flag = "FLAGGED: the harness scores without the model" if sub["flagged"] else "not flagged"
         lines.append(
-            f"- Null-model check: test {sub['null_model_score']:.3f} with a model that emits nothing ({flag})."
+            f"- Null-model check: test {sub['null_model_score']:.3f} with the submitted model's weights shuffled ({flag})."
         )
     if sub.get("denials"):
         lines.append(f"- Blocked access attempts seen at grading: {len(sub['denials'])} (see grading.json).")
