@@ -16,6 +16,7 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 
+import tempfile  # noqa: E402
 import time  # noqa: E402
 from dataclasses import asdict, replace  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -311,18 +312,26 @@ def flops_floor_calibration(cfg: BenchConfig, cache: Path, base_dir: Path, syste
     """The floor's rates: budget.flops_per_cpu_second for every kind, or calibrated on this base model.
 
     Keyed by the model's architecture (its config.json) and the trainer config, not the weights:
-    rates depend on shapes, so benches on one model shape share a calibration.
+    rates depend on shapes, so benches on one model shape share a calibration. The rates are
+    FLOPs per CPU-second of CPU work, so they are measured in a sandbox without GPUs; a model
+    other than the tiny kind is too big for that and is stood in for by the tiny shape
+    (`calibrate.proxy_parts`: a looser floor, recorded as `proxy` in calibration.json).
     """
     if cfg.budget.flops_per_cpu_second is not None:
         return {"cpu_rate": float(cfg.budget.flops_per_cpu_second), "startup_cpu_seconds": 0.0,
                 "machine": {"key": "config"}}  # fmt: skip
-    from vtb.calibrate import load_or_calibrate
+    from vtb import calibrate
 
     backend = f"{cfg.sandbox.backend} threads={cfg.sandbox.threads}"
+    sandbox = pipeline.sandbox_for(replace(cfg.sandbox, gpus=None))
+    if cfg.model.kind != "tiny":
+        with tempfile.TemporaryDirectory(prefix="vtb-calibrate-proxy-") as tmp:
+            base, system = calibrate.proxy_parts(Path(tmp))
+            found = calibrate.load_or_calibrate(sandbox, cache, backend, base, system, "proxy-tiny", "proxy")
+        return {**found, "proxy": f"the tiny model shape stands in for model.kind={cfg.model.kind}"}
     model = hashlib.sha256((base_dir / "config.json").read_bytes()).hexdigest()[:16]
     trainer = hashlib.sha256((system_dir / "trainer" / "config.json").read_bytes()).hexdigest()[:16]
-    sandbox = pipeline.sandbox_for(cfg.sandbox)
-    return load_or_calibrate(sandbox, cache, backend, base_dir, system_dir, model, trainer)
+    return calibrate.load_or_calibrate(sandbox, cache, backend, base_dir, system_dir, model, trainer)
 
 
 def floor_of(cfg: BenchConfig, calibration: dict) -> FlopsFloor:

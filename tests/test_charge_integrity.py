@@ -226,3 +226,25 @@ def test_under_reporting_buys_at_most_one_over_the_floor_fraction(tmp_path, back
     # quarter of that asserted: timed runs on a shared 2-core machine are noisy; measured 0.25 to
     # 0.6 of the honest figure here, against 0.01 with the old calibration).
     assert booked_forged.flops >= 0.25 * fraction * honest.charge.flops, (booked_forged, honest.charge, rates)
+
+
+@pytest.mark.slow
+def test_a_model_too_big_for_the_cpu_is_calibrated_on_the_tiny_shape_without_gpus(tmp_path) -> None:
+    """A hub model (and a GPU run) gets CPU rates from the tiny shape, measured with no GPU attached."""
+    from dataclasses import replace
+
+    from flows.bench import flops_floor_calibration
+    from vtb.config import BenchConfig
+
+    cfg = BenchConfig()
+    cfg = replace(
+        cfg, model=replace(cfg.model, kind="hub", hub_id="Org/big"), sandbox=replace(cfg.sandbox, gpus="0")
+    )
+    missing = tmp_path / "no-model"  # never read: the proxy stands in for it
+    found = flops_floor_calibration(cfg, tmp_path / "cache", missing, missing)
+    assert "tiny model shape" in found["proxy"]
+    assert (
+        found["train_rate"] > 0
+        and found["infer_rate"] > 0
+        and found["cpu_rate"] == max(found["train_rate"], found["infer_rate"])
+    )
