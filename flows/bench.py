@@ -338,6 +338,7 @@ def floor_of(cfg: BenchConfig, calibration: dict) -> FlopsFloor:
     return FlopsFloor(cpu_rate=calibration["cpu_rate"], fraction=cfg.budget.floor_fraction,
                       gpu_rate=cfg.budget.flops_per_gpu_second,
                       startup_cpu_seconds=calibration.get("startup_cpu_seconds", 0.0),
+                      slack_cpu_seconds=cfg.budget.floor_slack_cpu_seconds,
                       machine=calibration["machine"]["key"], train_rate=calibration.get("train_rate"),
                       infer_rate=calibration.get("infer_rate"))  # fmt: skip
 

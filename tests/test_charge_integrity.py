@@ -210,6 +210,7 @@ def test_under_reporting_buys_at_most_one_over_the_floor_fraction(tmp_path, back
         train_rate=rates["train_rate"],
         infer_rate=rates["infer_rate"],
         startup_cpu_seconds=rates["startup_cpu_seconds"],
+        slack_cpu_seconds=BudgetConfig().floor_slack_cpu_seconds,
     )
     limits = Limits(wall_seconds=300, cpu_seconds=300)
     honest = runner.train(sandbox, system, toy_model_dir, tmp_path / "honest", seed=0, limits=limits)

@@ -183,6 +183,9 @@ class BudgetConfig:
     # that under-reports FLOPs gains at most 1/floor_fraction. Below 1 as slack for load and for
     # honest code slower than the calibration loop (measured: see README, Budget).
     floor_fraction: float = 0.5
+    # CPU-seconds past the calibrated start-up that are never floored: a short honest step's start-up
+    # varies by more than its work, and a floored honest step would make the ledger timing-dependent.
+    floor_slack_cpu_seconds: float = 2.0
     flops_per_cpu_second: float | None = None  # None: calibrated once per machine (vtb/calibrate.py)
     flops_per_gpu_second: float = 0.0  # GPUs: set from a measurement of this GPU (0: no GPU floor)
 

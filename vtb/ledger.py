@@ -136,6 +136,7 @@ class FlopsFloor:
     fraction: float  # budget.floor_fraction
     gpu_rate: float = 0.0  # FLOPs per metered GPU-second (budget.flops_per_gpu_second); 0: no GPU floor
     startup_cpu_seconds: float = 0.0  # calibrated CPU-seconds a process spends before any engine work
+    slack_cpu_seconds: float = 0.0  # budget.floor_slack_cpu_seconds: start-up noise never floored
     machine: str = ""  # the calibration's machine key
     train_rate: float | None = None  # train steps' rate (vtb/calibrate.py); None: cpu_rate
     infer_rate: float | None = None  # play steps' rate; None: cpu_rate
@@ -146,7 +147,7 @@ class FlopsFloor:
         return self.cpu_rate if found is None else found
 
     def of(self, cpu_seconds: float, gpu_seconds: float, kind: str = "") -> float:
-        busy = max(0.0, cpu_seconds - self.startup_cpu_seconds)
+        busy = max(0.0, cpu_seconds - self.startup_cpu_seconds - self.slack_cpu_seconds)
         return self.fraction * (busy * self.rate(kind) + gpu_seconds * self.gpu_rate)
 
     def seconds_for(self, flops: float, rate: float, startup: float = 0.0) -> float | None:
@@ -235,7 +236,9 @@ class Ledger:
         gpu = None
         if self.floor is not None:  # the seconds whose floor would pass the FLOPs left: a hard cap too
             cpu_floor = self.floor.seconds_for(
-                self.left(), self.floor.rate(kind), self.floor.startup_cpu_seconds
+                self.left(),
+                self.floor.rate(kind),
+                self.floor.startup_cpu_seconds + self.floor.slack_cpu_seconds,
             )
             cpu = cpu if cpu_floor is None else min(cpu, cpu_floor)
             gpu = self.floor.seconds_for(self.left(), self.floor.gpu_rate)
