@@ -184,24 +184,11 @@ def test_under_reporting_buys_at_most_one_over_the_floor_fraction(tmp_path, back
     On the old calibration (a smaller toy model than the base, one rate for every kind) the same
     work reported as 0 FLOPs was charged 1/100 or less of the honest figure.
     """
-    import random
-
     from vtb import calibrate
     from vtb.config import BudgetConfig
-    from vtb.models.toy import toy_example
 
     sandbox = sandbox_backend(backend)
-    system = tmp_path / "system"
-    (system / "data").mkdir(parents=True)
-    (system / "trainer").mkdir()
-    rng = random.Random(0)
-    rows = [toy_example(rng) for _ in range(256)]
-    (system / "data" / "train.jsonl").write_text(
-        "".join(json.dumps({"prompt": f"Q: {q}\nA:", "completion": " " + a}) + "\n" for q, a in rows)
-    )
-    (system / "trainer" / "config.json").write_text(
-        json.dumps({"batch_size": 16, "max_steps": 400, "epochs": 100})
-    )
+    system = calibrate.toy_system(tmp_path / "system", {"batch_size": 16, "max_steps": 400, "epochs": 100})
     rates = calibrate.measure(sandbox, toy_model_dir, system)
     fraction = BudgetConfig().floor_fraction
     floor = FlopsFloor(

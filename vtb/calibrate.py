@@ -141,10 +141,16 @@ def proxy_parts(root: Path) -> tuple[Path, Path]:
     engines reach fewer FLOPs per CPU-second on it than on a bigger model, so the floor it gives
     is looser than a calibration on the real model, never tighter.
     """
-    from vtb.models.toy import build_toy_model, toy_example
+    from vtb.models.toy import build_toy_model
 
     base = build_toy_model(root / "base", steps=2, n_texts=64, batch_size=16, progress=lambda s: None)
-    system = root / "system"
+    return base, toy_system(root / "system", {"batch_size": 32})
+
+
+def toy_system(system: Path, trainer_config: dict) -> Path:
+    """A system folder of 256 toy question/answer rows and `trainer_config` (no harness)."""
+    from vtb.models.toy import toy_example
+
     (system / "data").mkdir(parents=True)
     (system / "trainer").mkdir()
     rng = random.Random(0)
@@ -152,8 +158,8 @@ def proxy_parts(root: Path) -> tuple[Path, Path]:
     (system / "data" / "train.jsonl").write_text(
         "".join(json.dumps({"prompt": f"Q: {q}\nA:", "completion": " " + a}) + "\n" for q, a in rows)
     )
-    (system / "trainer" / "config.json").write_text(json.dumps({"batch_size": 32}))
-    return base, system
+    (system / "trainer" / "config.json").write_text(json.dumps(trainer_config))
+    return system
 
 
 def measure(sandbox: Sandbox, base_dir: Path, system_dir: Path) -> dict:
