@@ -346,10 +346,11 @@ def floor_of(cfg: BenchConfig, calibration: dict) -> FlopsFloor:
 def _agent_use(turn: dict | None) -> dict:
     """What the research agent's turn spent itself (its LLM tokens and cost) and why it ended."""
     if not turn:
-        return {"tokens": 0, "cost_usd": 0.0, "stopped": None, "egress_requests": 0}
+        return {"tokens": 0, "cost_usd": 0.0, "stopped": None, "egress_requests": 0, "usage": None}
     charge = turn["charge"]
     return {"tokens": charge.get("agent_tokens", 0), "cost_usd": round(charge.get("agent_cost_usd", 0.0), 6),
-            "stopped": turn.get("stopped"), "egress_requests": len(turn.get("egress", []))}  # fmt: skip
+            "stopped": turn.get("stopped"), "egress_requests": len(turn.get("egress", [])),
+            "usage": turn.get("usage")}  # fmt: skip
 
 
 def _public(entry: dict) -> dict:

@@ -46,10 +46,10 @@ def agent_turn_step(
         runner.research_mounts(ws, Path(data_dir), Path(base_dir)),
         pipeline.step_limits(sandbox_cfg, None, cpu_seconds, gpu_seconds),
     )
-    error, stopped = None, None
+    error, stopped, usage = None, None, None
     try:
         result = make_agent(agent_cfg).turn(env)
-        done, notes, stopped = result.done, result.notes, result.stopped
+        done, notes, stopped, usage = result.done, result.notes, result.stopped, result.usage
     except Exception as e:  # an agent that fails loses its turn, not the run
         done, notes, error = True, f"agent failed: {type(e).__name__}: {e}", repr(e)
     secrets = secret_values([*agent_cfg.env, *([agent_cfg.api_key_env] if agent_cfg.api_key_env else [])])
@@ -73,6 +73,7 @@ def agent_turn_step(
         "rejected": rejected,
         "dropped": [f"{d['path']} ({d['kind']})" for d in dropped[:MAX_LISTED]],
         "stopped": stopped,
+        "usage": usage,
         "error": error,
         "edits": changed_files(store_, before, after),
         "charge": asdict(env.charge),

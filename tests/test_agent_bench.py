@@ -70,7 +70,7 @@ def test_llm_agent_drives_a_bench_run(tmp_path, prefect_server, monkeypatch) -> 
     assert sum(r["charge"]["agent_tokens"] for r in agent_rows if r["step"] == "agent") == 7 * 1050
     assert 0.0 <= result["submitted"]["test_score"] <= 1.0 and (run_dir / "grading.json").exists()
     report = (run_dir / "report.md").read_text()
-    assert "trainer: config.json" in report and f"| 3150 | ${3 * 0.00375:.4f} |" in report
+    assert "trainer: config.json" in report and f"| 3150 (metered) | ${3 * 0.00375:.4f} |" in report
     assert (
         f"7350 tokens, ${7 * 0.00375:.4f}" in report
         and "stopped at the turn's limit of 4 model calls" in report

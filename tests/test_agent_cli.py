@@ -13,7 +13,8 @@ import pytest
 
 from tests.conftest import BACKENDS, needs_bwrap, sandbox_backend
 from vtb.agents import Feedback, make_agent
-from vtb.agents.cli import fill, usage_from_output
+from vtb.agents.cli import fill
+from vtb.agents.cli_usage import parse_usage
 from vtb.config import AgentConfig
 from vtb.research import SandboxResearchEnv, redact, scrub_workspace, secret_values
 from vtb.runner import research_mounts
@@ -70,16 +71,32 @@ def test_usage_from_cli_output() -> None:
     claude = ['{"type":"system"}', "not json",
               '{"type":"result","total_cost_usd":0.42,"usage":{"input_tokens":100,"cache_read_input_tokens":900,'
               '"output_tokens":50}}']  # fmt: skip
-    assert usage_from_output(claude, "claude") == (1000, 50, 0.42)
+    u = parse_usage(claude, "claude")
+    assert (u.prompt, u.completion, u.cost_usd, u.source) == (1000, 50, 0.42, "self-reported")
+    verbose = "[" + ", ".join(['{"type":"system"}', claude[2]]) + "]"  # --output-format json --verbose
+    assert parse_usage([verbose], "claude").prompt == 1000
     codex = ['{"type":"turn.completed","usage":{"input_tokens":10,"output_tokens":5}}'] * 2
-    assert usage_from_output(codex, "codex") == (20, 10, None)
-    assert usage_from_output(claude, "none") == (0, 0, None)
+    assert (parse_usage(codex, "codex").prompt, parse_usage(codex, "codex").completion) == (20, 10)
+    opencode = ['{"type":"step_finish","part":{"tokens":{"input":100,"output":5,"reasoning":2,'
+                '"cache":{"read":50,"write":10}},"cost":0.01}}'] * 2  # fmt: skip
+    u = parse_usage(opencode, "opencode")
+    assert (u.prompt, u.completion, u.cost_usd) == (320, 14, 0.02)
+    gemini = json.dumps({"response": "ok", "stats": {"models": {"a": {"tokens": {"prompt": 900, "candidates": 40,
+                         "thoughts": 10}}, "b": {"tokens": {"prompt": 100, "candidates": 0}}}}}, indent=2)  # fmt: skip
+    u = parse_usage(gemini.splitlines(), "gemini")  # pretty-printed over many lines
+    assert (u.prompt, u.completion, u.cost_usd) == (1000, 50, None)
+    aider = ["Tokens: 2.4k sent, 27 received. Cost: $0.0076 message, $0.0076 session.",
+             "Tokens: 1.2k sent, 3.0k cache write, 800 cache hit, 1.1k received. Cost: $0.01 message, $0.02 session."]  # fmt: skip
+    u = parse_usage(aider, "aider")
+    assert (u.prompt, u.completion, u.source) == (2400 + 5000, 27 + 1100, "self-reported (rounded)")
+    assert u.cost_usd == pytest.approx(0.0176)
+    assert parse_usage(claude, "none").source == "none" and parse_usage(["junk"], "claude").prompt == 0
 
 
 def test_cli_config_errors_name_the_fix(monkeypatch) -> None:
     with pytest.raises(ValueError, match="agent.command"):
         make_agent(AgentConfig(name="cli"))
-    with pytest.raises(ValueError, match="not installed.*npm install -g x"):
+    with pytest.raises(ValueError, match="not on the sandbox's PATH.*npm install -g x"):
         make_agent(
             AgentConfig(name="x", factory="cli", command="no-such-cli -p", install_hint="npm install -g x")
         )
@@ -113,7 +130,7 @@ for name, url in (("allowed", "http://127.0.0.1:{a}/api"), ("refused", "http://1
     except Exception as e:
         print(name, "failed", e, flush=True)
 try:
-    socket.create_connection(("127.0.0.1", {a}), timeout=5)
+    socket.create_connection(("127.0.0.1", {o}), timeout=5)  # not allowlisted: nothing listens inside
     print("direct connected")
 except OSError as e:
     print("direct failed", e)
@@ -188,3 +205,60 @@ def test_cli_without_allowlist_has_no_network(tmp_path, web, monkeypatch) -> Non
     assert any(line.startswith("allowed failed") for line in lines), lines
     assert allowed_srv.hits == [] and env.egress == []
     assert os.environ["VTB_CLI_KEY"] == KEY and sys.executable  # the key stayed in the orchestrator's env
+
+
+def test_proxy_logs_each_plain_request_and_plain_http_inside_a_tunnel(tmp_path, web) -> None:
+    allowed_srv, other = web
+    a_port, o_port = allowed_srv.server_address[1], other.server_address[1]
+    with EgressProxy([f"127.0.0.1:{a_port}"], tmp_path / "eg") as proxy:
+        for path in ("/one", "/two"):  # origin form, named by Host: what a forwarded port receives
+            got = _ask(proxy.path, f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{a_port}\r\n\r\n".encode())
+            assert got.endswith(f"hello {path}".encode())
+        inner = f"CONNECT 127.0.0.1:{a_port} HTTP/1.1\r\n\r\nGET /tunnelled HTTP/1.1\r\nHost: x\r\n\r\n"
+        assert _ask(proxy.path, inner.encode()).endswith(b"hello /tunnelled")
+        spoof = _ask(proxy.path, f"GET /spoof HTTP/1.1\r\nHost: 127.0.0.1:{o_port}\r\n\r\n".encode())
+        assert spoof.startswith(b"HTTP/1.1 403")
+        two = f"GET /two-hosts HTTP/1.1\r\nHost: 127.0.0.1:{a_port}\r\nHost: 127.0.0.1:{o_port}\r\n\r\n"
+        assert _ask(proxy.path, two.encode()).startswith(b"HTTP/1.1 400")
+    assert other.hits == [] and allowed_srv.hits == ["/one", "/two", "/tunnelled"]
+    log = [(e["method"], e["path"], e["requests"], e.get("tunnel", False), e["status"]) for e in proxy.log]
+    assert log[:4] == [("GET", "/one", 1, False, "done"), ("GET", "/two", 1, False, "done"),
+                       ("GET", "/tunnelled", 1, True, "done"), ("GET", "/spoof", 1, False, "refused")]  # fmt: skip
+    assert log[4][-1] == "bad-request"
+
+
+FORWARD_ATTACK = """#!/usr/bin/env python3
+# Inside the sandbox: use the bridge's relay of the host's loopback port to reach other ports.
+import socket, sys, urllib.request
+a, o = {a}, {o}
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({{}}))  # no proxy: straight to 127.0.0.1
+print("direct", opener.open(f"http://127.0.0.1:{{a}}/direct", timeout=10).status, flush=True)
+for name, raw in (("spoofed-host", f"GET /spoof HTTP/1.1\\r\\nHost: 127.0.0.1:{{o}}\\r\\n\\r\\n"),
+                  ("absolute-url", f"GET http://127.0.0.1:{{o}}/abs HTTP/1.1\\r\\n\\r\\n"),
+                  ("connect", f"CONNECT 127.0.0.1:{{o}} HTTP/1.1\\r\\n\\r\\n")):
+    s = socket.create_connection(("127.0.0.1", a), timeout=10)
+    s.sendall(raw.encode())
+    print(name, s.recv(200).split(b"\\r\\n")[0].decode(), flush=True)
+try:
+    socket.create_connection(("127.0.0.1", o), timeout=5)
+    print("other-port connected")
+except OSError:
+    print("other-port refused")
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_forwarded_loopback_port_reaches_only_its_allowlisted_target(tmp_path, web, backend) -> None:
+    from tests.conftest import cli_turn_env
+
+    allowed_srv, other = web
+    a_port, o_port = allowed_srv.server_address[1], other.server_address[1]
+    cfg, env = cli_turn_env(tmp_path, backend, FORWARD_ATTACK.format(a=a_port, o=o_port),
+                            allow_hosts=[f"127.0.0.1:{a_port}"])  # fmt: skip
+    make_agent(cfg).turn(env)
+    (run,) = [e for e in env.log if "agent_command" in e]
+    said = [line["line"] for line in run["output"] if line["stream"] == "stdout"]
+    assert said == ["direct 200", "spoofed-host HTTP/1.1 403 Forbidden", "absolute-url HTTP/1.1 403 Forbidden",
+                    "connect HTTP/1.1 403 Forbidden", "other-port refused"], run["output"]  # fmt: skip
+    assert allowed_srv.hits == ["/direct"] and other.hits == []
+    assert [(e["port"], e["allowed"]) for e in env.egress] == [(a_port, True)] + [(o_port, False)] * 3

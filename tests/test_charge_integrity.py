@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import BACKENDS, cli_turn_env, sandbox_backend
 from vtb import runner
 from vtb.agents import make_agent
-from vtb.agents.cli import usage_from_output
+from vtb.agents.cli_usage import parse_usage
 from vtb.ledger import Charge, FlopsFloor, Ledger, checked
 from vtb.sandbox.base import Limits, SandboxResult
 
@@ -116,11 +116,19 @@ def test_negative_or_junk_cli_usage_is_not_credited() -> None:
         '{"type": "result", "usage": {"input_tokens": -1000000, "output_tokens": -5}, "total_cost_usd": -100}',
         '{"type": "result", "usage": {"input_tokens": 1e400, "output_tokens": "x"}, "total_cost_usd": NaN}',
     ]
-    errors: list[str] = []
-    prompt, completion, cost = usage_from_output(lines, "claude", errors)
-    assert (prompt, completion) == (500, 20)  # old code: -999500 and -5, or OverflowError
-    assert cost is None  # a bad cost: the price table prices the tokens instead
-    assert len(errors) == 6
+    u = parse_usage(lines, "claude")
+    assert (u.prompt, u.completion) == (500, 20)  # old code: -999500 and -5, or OverflowError
+    assert u.cost_usd is None  # a bad cost: the price table prices the tokens instead
+    assert len(u.errors) == 6
+    hostile = [
+        '{"type":"step_finish","part":{"tokens":{"input":-5000,"cache":[1]},"cost":-3}}',  # opencode
+        "[" * 100000 + "]" * 100000,  # a nesting bomb
+        '{"stats": {"models": {"m": {"tokens": {"prompt": "1e9", "candidates": -1}}}}}',  # gemini
+        "Tokens: 99999999999999999999999999k sent, 1 received.",  # aider: absurd but finite
+    ]
+    for kind in ("opencode", "gemini", "aider", "claude", "codex"):
+        got = parse_usage(hostile, kind)
+        assert got.prompt >= 0 and got.completion >= 0 and (got.cost_usd is None or got.cost_usd >= 0)
 
 
 HOSTILE_CLI = """#!/bin/bash

@@ -43,12 +43,16 @@ def test_unknown_or_mistyped_keys_are_errors():
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in (Path(CONF_DIR) / "agent").glob("*.yaml")))
 def test_every_agent_config_composes(name: str) -> None:
-    """Each ready-made agent config is valid against AgentConfig; CLI ones name their key and hosts."""
+    """Each ready-made agent config is valid against AgentConfig; CLI ones name their key, their
+    vendor's endpoint (the allowlist), a usage parser and the install command."""
+    from vtb.agents.cli import endpoint
+
     agent = to_config(_compose(f"agent={name}")).agent
     assert agent.max_iterations >= 1
     if (agent.factory or agent.name) == "cli" and name != "cli":
         assert agent.command and "{prompt_file}" in agent.command
-        assert agent.allow_hosts and agent.env and agent.install_hint
+        assert endpoint(agent.base_url).endswith(":443") and agent.base_url.startswith("https://")
+        assert agent.env and agent.usage != "none" and "install_agents.sh" in agent.install_hint
 
 
 def test_sweep_composes_its_benches_also_inside_hydra_main():

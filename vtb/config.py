@@ -113,7 +113,7 @@ class AgentConfig:
     max_iterations: int = 6  # research-agent turns after the initial system
     options: dict = field(default_factory=dict)  # agent-specific knobs (greedy: margin; llm: temperature)
     # -- LLM and CLI research agents (conf/agent/llm.yaml, conf/agent/claude_code.yaml, ...) --
-    base_url: str | None = None  # llm: OpenAI-compatible endpoint, e.g. http://localhost:8000/v1
+    base_url: str | None = None  # llm: OpenAI-compatible endpoint (…/v1); cli: its API endpoint ({base_url})
     model: str | None = None  # the model the endpoint serves (llm) or the CLI is told to use
     api_key_env: str | None = None  # llm: NAME of the env var holding the key (never recorded)
     prompt: str = "prompts/research.md"  # turn prompt template, relative to conf/ or absolute
@@ -126,7 +126,8 @@ class AgentConfig:
     env: list[str] = field(default_factory=list)  # cli: env vars passed in by NAME (API keys)
     set_env: dict = field(default_factory=dict)  # cli: fixed env values (not secrets)
     mounts: list[str] = field(default_factory=list)  # cli: host dirs mounted read-only (its install)
-    usage: str = "none"  # cli: read tokens/cost from its output: none | claude | codex
+    home_files: dict = field(default_factory=dict)  # cli: files written into its fresh HOME (its settings)
+    usage: str = "none"  # cli: tokens/cost from its output: none | claude | codex | opencode | gemini | aider
     install_hint: str = ""  # cli: shown when its binary is missing
 
 

@@ -239,6 +239,14 @@ def summary_table(result: dict) -> str:
     return "\n".join([bar, head, bar, *lines, bar])
 
 
+USAGE_LEGEND = (
+    "Agent tokens: *metered* = read by the orchestrator from the endpoint's answers (agent=llm); "
+    "*self-reported* = the CLI's own figures from its output, *rounded* where it prints them so (aider); "
+    "*estimated* = the egress proxy's bytes / 4, where the CLI reported nothing usable. Cost: the CLI's "
+    "own figure where it gives one, else the tokens at agent.prices."
+)
+
+
 def write_report(run_dir: Path, result: dict, history: list[dict], grades: dict) -> None:
     import matplotlib
 
@@ -279,10 +287,13 @@ def write_report(run_dir: Path, result: dict, history: list[dict], grades: dict)
         val = "failed" if h["val_score"] is None else f"{h['val_score']:.3f}"
         use = h.get("agent") or {}
         notes = md_text(h["notes"])  # one table cell, inert
+        source = f" ({md_text(use['usage'])})" if use.get("usage") else ""
         lines.append(
-            f"| {h['iteration']} | {val} | {edits} | {h['budget_after']['used']:.3g} | {use.get('tokens', 0)} | "
+            f"| {h['iteration']} | {val} | {edits} | {h['budget_after']['used']:.3g} | {use.get('tokens', 0)}{source} | "
             f"${use.get('cost_usd', 0.0):.4f} | {notes} |"
         )
+    if any((h.get("agent") or {}).get("usage") for h in history):
+        lines += ["", USAGE_LEGEND]
     sub = grades["submitted"]
     lines += [
         "",

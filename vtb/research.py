@@ -21,7 +21,7 @@ from vtb.agents import Feedback
 from vtb.ledger import Charge
 from vtb.runner import PYTHON, charge_of, run_command
 from vtb.sandbox.base import Limits, Mount, Sandbox
-from vtb.sandbox.egress import SOCKET_DIR, SOCKET_NAME, EgressProxy
+from vtb.sandbox.egress import SOCKET_DIR, SOCKET_NAME, EgressProxy, loopback_ports
 from vtb.sandbox.output import StreamStats, bounded_lines
 from vtb.workspace import restore
 
@@ -117,6 +117,7 @@ class SandboxResearchEnv:
         allow_hosts: list[str],
         timeout_s: float,
         extra_mounts: list[Mount] = (),
+        home_files: dict[str, str] | None = None,
     ) -> dict:
         """Run a CLI agent: prompt at /agent/prompt.md, a fresh HOME, egress only via the proxy.
 
@@ -128,6 +129,12 @@ class SandboxResearchEnv:
             for d in ("agent", "home", "egress"):
                 (root / d).mkdir()
             (root / "agent" / "prompt.md").write_text(prompt)
+            for rel, text in (home_files or {}).items():  # the CLI's own settings, from its config
+                target = root / "home" / rel
+                if Path(rel).is_absolute() or ".." in Path(rel).parts:
+                    raise ValueError(f"agent.home_files: {rel!r} must be a path inside HOME")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(text)
             mounts = [*self._mounts, *extra_mounts, Mount(root / "agent", "/agent"),
                       Mount(root / "home", "/home/agent", writable=True)]  # fmt: skip
             argv = [PYTHON, "-m", "vtb.sandbox.egress"]
@@ -135,6 +142,7 @@ class SandboxResearchEnv:
             if proxy:
                 mounts.append(Mount(root / "egress", SOCKET_DIR))
                 argv += ["--socket", f"{SOCKET_DIR}/{SOCKET_NAME}"]
+                argv += [f"--forward={port}" for port in loopback_ports(allow_hosts)]
             argv += ["--", "/bin/bash", "-c", command]
             limits = self._limits_left(timeout_s)  # the turn's own wall limit, not the per-step one
             lines: deque[dict] = deque()

@@ -61,6 +61,9 @@ class TurnResult:
     done: bool = False  # True: stop iterating and submit the best candidate
     notes: str = ""
     stopped: str | None = None  # the per-turn limit that ended the turn: steps | tokens | wall
+    usage: str | None = (
+        None  # where its tokens came from: metered | self-reported[ (rounded)] | estimated | none
+    )
 
 
 class ResearchAgent(Protocol):

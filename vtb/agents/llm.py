@@ -103,6 +103,13 @@ class LLMAgent:
         self.max_completion = int(cfg.options.get("max_completion_tokens", 4096))
 
     def turn(self, env: ResearchEnv) -> TurnResult:
+        result = self._turn(env)
+        result.usage = (
+            "metered"  # tokens from the endpoint's answers, read by this loop (outside the sandbox)
+        )
+        return result
+
+    def _turn(self, env: ResearchEnv) -> TurnResult:
         cfg = self.cfg
         fb = env.feedback()
         messages = [

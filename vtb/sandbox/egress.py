@@ -9,8 +9,21 @@ connection to the outside world. A CLI agent still needs its LLM API; it gets ex
 
 The Unix socket is the sandbox's only way out, and it ends in the orchestrator's proxy, so the
 allowlist cannot be bypassed from inside (killing the bridge only cuts the agent off). The
-proxy speaks HTTP CONNECT (what HTTPS clients use) and plain absolute-URI HTTP requests, and
-logs every request: time, method, host, port, allowed or refused, bytes each way.
+proxy speaks HTTP CONNECT (what HTTPS clients use), plain absolute-URI HTTP requests, and plain
+origin-form requests whose `Host` header names the target (what a client sends to a forwarded
+port, below). What it logs, one entry each: time, method, host, port, allowed or refused,
+bytes each way, and
+
+- for plain HTTP, one entry per request: the proxy answers each with `Connection: close`, so
+  a client's next request comes on a new connection and is checked and logged on its own;
+- for a CONNECT tunnel, one entry per tunnel: the requests inside are encrypted, so how many
+  there were is unknown (`requests: null`), only the bytes are counted.
+
+An endpoint on the orchestrator's own loopback (a user's vLLM server, a test's API server) is
+not reachable inside, where 127.0.0.1 is the sandbox's own. For each such port (`--forward`)
+the bridge also listens on the sandbox's 127.0.0.1:<port> and sends what arrives to the proxy,
+which checks the `Host` header against the allowlist like any other request: a client that
+skips proxies for loopback addresses (many do) still reaches it, through the same door.
 
 The bridge also runs the agent's command and relays its stdout and stderr as tagged lines
 ("1 ..." / "2 ..."), so the orchestrator can timestamp both streams as they arrive.
@@ -20,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import select
 import socket
 import socketserver
@@ -36,6 +50,7 @@ SOCKET_DIR = "/egress"  # the orchestrator's socket dir, mounted here
 SOCKET_NAME = "proxy.sock"
 IDLE_TIMEOUT_S = 300.0
 MAX_HEADER_BYTES = 64 << 10
+MAX_LOGGED_PATH = 200  # characters of a plain request's path kept in its log entry
 DEFAULT_PORTS = (443, 80)  # an allowlist entry without a port allows these
 
 
@@ -52,6 +67,18 @@ def parse_allow(entries: list[str]) -> list[tuple[str, int | None]]:
         host, sep, port = entry.rpartition(":") if entry.count(":") == 1 else (entry, "", "")
         out.append((host, int(port)) if sep else (entry, None))
     return out
+
+
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
+def loopback_ports(entries: list[str]) -> list[int]:
+    """Ports of allowlisted endpoints on the orchestrator's loopback: the bridge relays these."""
+    ports = []
+    for host, port in parse_allow(entries):
+        if port is not None and (host.strip("[]") in LOOPBACK_NAMES or host.startswith("127.")):
+            ports.append(port)
+    return sorted(set(ports) - {BRIDGE_PORT})
 
 
 def allowed(rules: list[tuple[str, int | None]], host: str, port: int) -> bool:
@@ -142,31 +169,36 @@ class EgressProxy:
 
     def _handle(self, client: socket.socket) -> None:
         started = time.time()
-        head = b""
-        while b"\r\n\r\n" not in head and len(head) < MAX_HEADER_BYTES:
-            chunk = client.recv(4096)
-            if not chunk:
-                return
-            head += chunk
-        header, _, rest = head.partition(b"\r\n\r\n")
-        lines = header.decode("latin-1").split("\r\n")
+        got = _read_head(client)
+        if got is None:
+            return
+        lines, rest = got
         try:
             method, target, version = lines[0].split(" ", 2)
             if method == "CONNECT":
                 host, _, port_s = target.rpartition(":")
                 port, path = int(port_s), ""
             else:
+                if target.startswith("/"):  # origin form (a forwarded port): the Host header names it
+                    host_header = [
+                        h.split(":", 1)[1].strip() for h in lines[1:] if h.lower().startswith("host:")
+                    ]
+                    if len(host_header) != 1:
+                        raise ValueError(target)
+                    target = f"http://{host_header[0]}{target}"
                 url = urlsplit(target)
                 if url.scheme != "http" or not url.hostname:
                     raise ValueError(target)
                 host, port = url.hostname, url.port or 80
                 path = (url.path or "/") + (f"?{url.query}" if url.query else "")
         except ValueError:
-            self._record(time=started, method=lines[0][:60], host=None, port=None, allowed=False,
-                         status="bad-request", bytes_up=0, bytes_down=0)  # fmt: skip
-            _reply(client, 400, "the egress proxy takes CONNECT host:port or an absolute http:// URL")
+            self._record(time=started, method=lines[0][:60], host=None, port=None, path=None, requests=None,
+                         allowed=False, status="bad-request", bytes_up=0, bytes_down=0)  # fmt: skip
+            _reply(client, 400, "the egress proxy takes CONNECT host:port, an absolute http:// URL, "
+                                "or a path with one Host header")  # fmt: skip
             return
-        entry = {"time": started, "method": method, "host": host, "port": port}
+        entry = {"time": started, "method": method, "host": host, "port": port,
+                 "path": path[:MAX_LOGGED_PATH] if path else None, "requests": None if method == "CONNECT" else 1}  # fmt: skip
         if not allowed(self.rules, host, port):
             self._record(**entry, allowed=False, status="refused", bytes_up=0, bytes_down=0)
             _reply(client, 403, f"egress to {host}:{port} is not in the allowlist (agent.allow_hosts)")
@@ -182,17 +214,65 @@ class EgressProxy:
             upstream.settimeout(None)
             if method == "CONNECT":
                 client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                first = rest
-            else:  # forward in origin form; one request per connection
-                keep = [h for h in lines[1:] if not h.lower().startswith(("proxy-", "connection:"))]
-                first = "\r\n".join([f"{method} {path} {version}", *keep, "Connection: close", "", ""])
-                first = first.encode("latin-1") + rest
+                first = self._inside_tunnel(client, upstream, rest, logged)
+            else:
+                first = _one_request(lines, path, rest)
             if first:
                 upstream.sendall(first)
             up, down = _pipe(client, upstream)
         with self._lock:  # the byte counts once the connection has ended
             logged.update(status="done", bytes_up=up + len(first), bytes_down=down,
                           seconds=round(time.time() - started, 3))  # fmt: skip
+
+    def _inside_tunnel(
+        self, client: socket.socket, upstream: socket.socket, rest: bytes, logged: dict
+    ) -> bytes:
+        """The tunnel's first bytes, to send upstream. Plain HTTP inside a CONNECT (Node's proxy
+        agents tunnel http:// too) is handled like any plain request: one per tunnel, logged
+        with its method and path. Anything else (TLS) passes through unread."""
+        if not rest:
+            ready, _, _ = select.select([client, upstream], [], [], IDLE_TIMEOUT_S)
+            if client not in ready:  # the far side speaks first (or nobody does): opaque
+                return b""
+            try:
+                rest = client.recv(65536)
+            except OSError:
+                return b""
+        if not PLAIN_REQUEST.match(rest):
+            return rest
+        got = _read_head(client, rest)
+        if got is None:
+            return rest
+        lines, body = got
+        method, path = lines[0].split(" ", 2)[:2]
+        with self._lock:
+            logged.update(method=method, path=path[:MAX_LOGGED_PATH], requests=1, tunnel=True)
+        return _one_request(lines, path, body)
+
+
+PLAIN_REQUEST = re.compile(rb"^[A-Z]{3,10} /[^ ]* HTTP/1\.[01]\r\n")
+
+
+def _read_head(sock: socket.socket, head: bytes = b"") -> tuple[list[str], bytes] | None:
+    """(request line and header lines, the bytes after them), or None if the client hung up first."""
+    while b"\r\n\r\n" not in head and len(head) < MAX_HEADER_BYTES:
+        chunk = sock.recv(4096)
+        if not chunk:
+            return None
+        head += chunk
+    header, _, rest = head.partition(b"\r\n\r\n")
+    return header.decode("latin-1").split("\r\n"), rest
+
+
+def _one_request(lines: list[str], path: str, rest: bytes) -> bytes:
+    """The request in origin form with `Connection: close`: the next one comes on a new
+    connection, so the proxy checks and logs each request on its own."""
+    method, _, version = lines[0].split(" ", 2)
+    keep = [h for h in lines[1:] if not h.lower().startswith(("proxy-", "connection:"))]
+    return (
+        "\r\n".join([f"{method} {path} {version}", *keep, "Connection: close", "", ""]).encode("latin-1")
+        + rest
+    )
 
 
 def _reply(sock: socket.socket, status: int, text: str) -> None:
@@ -216,6 +296,7 @@ def proxy_env(port: int = BRIDGE_PORT) -> dict[str, str]:
 
 
 def _bridge(listener: socket.socket, path: str) -> None:
+    """Relay each connection to the sandbox's listener to the orchestrator's proxy socket, as is."""
     while True:
         conn, _ = listener.accept()
 
@@ -245,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--socket", help="the orchestrator's proxy socket (no network without it)")
     parser.add_argument("--port", type=int, default=BRIDGE_PORT)
+    parser.add_argument("--forward", type=int, action="append", default=[],
+                        help="also relay the sandbox's 127.0.0.1:PORT to the proxy (an endpoint on the host's loopback)")  # fmt: skip
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -252,8 +335,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("no command given")
     env = dict(os.environ)
     if args.socket:
-        listener = socket.create_server(("127.0.0.1", args.port))
-        threading.Thread(target=_bridge, args=(listener, args.socket), daemon=True).start()
+        for port in [args.port, *args.forward]:
+            try:
+                listener = socket.create_server(("127.0.0.1", port))
+            except OSError as e:  # a forwarded port below 1024 without the right: the rest still works
+                print(f"egress bridge: cannot listen on 127.0.0.1:{port}: {e}", file=sys.stderr, flush=True)
+                continue
+            threading.Thread(target=_bridge, args=(listener, args.socket), daemon=True).start()
         env.update(proxy_env(args.port))
     child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, env=env)  # fmt: skip

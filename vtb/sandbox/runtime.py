@@ -157,11 +157,14 @@ def masked_paths(mounts: list[Mount]) -> tuple[list[str], list[str]]:
     return [f for f in MASKED_FILES if exposed(f)], [d for d in MASKED_DIRS if exposed(d)]
 
 
+SANDBOX_PATH = f"{sys.prefix}/bin:/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+
+
 def sandbox_env(threads: int, limits: Limits, env: dict[str, str] | None) -> dict[str, str]:
     """The whole environment inside a sandbox (any backend): nothing is inherited from the orchestrator."""
     n = str(threads)
     out = {
-        "PATH": f"{sys.prefix}/bin:/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
+        "PATH": SANDBOX_PATH,
         "HOME": "/tmp",
         "LANG": "C.UTF-8",
         "PYTHONDONTWRITEBYTECODE": "1",  # every mount but the workspace is read-only
