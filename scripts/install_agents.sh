@@ -21,6 +21,21 @@ wanted=("$@")
 [ ${#wanted[@]} -eq 0 ] && wanted=(claude codex aider opencode gemini)
 mkdir -p .agents/bin
 
+needs_npm=0
+for name in "${wanted[@]}"; do [ -n "${NPM[$name]:-}" ] && needs_npm=1; done
+if [ "$needs_npm" = 1 ]; then
+  # The npm CLIs run on the system's Node.js, which the sandboxes see under /usr.
+  if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
+    echo "[agents] Node.js 20+ and npm are needed for the npm CLIs: apt-get install nodejs npm" >&2
+    exit 2
+  fi
+  major=$(node -p 'process.versions.node.split(".")[0]')
+  if [ "$major" -lt 20 ]; then
+    echo "[agents] Node.js $(node --version) is too old for these CLIs: install Node.js 20 or newer" >&2
+    exit 2
+  fi
+fi
+
 for name in "${wanted[@]}"; do
   if [ "$name" = aider ]; then
     if ! .agents/aider/bin/python -m pip show aider-chat 2>/dev/null | grep -qx "Version: ${AIDER#*==}"; then

@@ -262,3 +262,42 @@ def test_a_forwarded_loopback_port_reaches_only_its_allowlisted_target(tmp_path,
                     "connect HTTP/1.1 403 Forbidden", "other-port refused"], run["output"]  # fmt: skip
     assert allowed_srv.hits == ["/direct"] and other.hits == []
     assert [(e["port"], e["allowed"]) for e in env.egress] == [(a_port, True)] + [(o_port, False)] * 3
+
+
+def test_check_cli_resolves_the_binary_the_sandbox_will_run(tmp_path, monkeypatch) -> None:
+    from vtb.agents.cli import check_cli, mount_dirs, sandbox_path
+
+    def tool(path: Path, text: str = "#!/bin/sh\necho hi\n") -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        path.chmod(0o755)
+        return path
+
+    monkeypatch.setenv("VTB_AGENTS_DIR", str(tmp_path / "no-agents"))
+    host_only = tool(tmp_path / "host-bin" / "mycli")  # on the host's PATH only
+    monkeypatch.setenv("PATH", f"{host_only.parent}:{os.environ['PATH']}")
+    with pytest.raises(ValueError, match="not on the sandbox's PATH.*which the sandbox does not see"):
+        check_cli(AgentConfig(name="x", factory="cli", command="mycli -p"))
+
+    outside = tool(tmp_path / "elsewhere" / "real-cli")  # a mounted link whose target is not mounted
+    (tmp_path / "mnt").mkdir()
+    (tmp_path / "mnt" / "linked").symlink_to(outside)
+    with pytest.raises(ValueError, match="outside every folder the sandbox mounts"):
+        check_cli(AgentConfig(name="x", factory="cli", command="linked", mounts=[str(tmp_path / "mnt")]))
+
+    tool(tmp_path / "mnt2" / "bin" / "needs-node", "#!/usr/bin/env no-such-interpreter\n")
+    with pytest.raises(ValueError, match="runs `no-such-interpreter`, which the sandbox does not see"):
+        check_cli(AgentConfig(name="x", factory="cli", command="needs-node", mounts=[str(tmp_path / "mnt2")]))
+
+    agents = tmp_path / "agents"  # what scripts/install_agents.sh makes: mounted, its bin/ on PATH
+    tool(agents / "npm" / "cli.js", "#!/usr/bin/env sh\necho hi\n")
+    (agents / "bin").mkdir()
+    (agents / "bin" / "fake").symlink_to("../npm/cli.js")
+    monkeypatch.setenv("VTB_AGENTS_DIR", str(agents))
+    cfg = AgentConfig(name="x", factory="cli", command="fake -p {prompt_file}")
+    check_cli(cfg)
+    assert mount_dirs(cfg) == [agents.resolve()] and sandbox_path(cfg).startswith(f"{agents.resolve()}/bin:")
+    with pytest.raises(ValueError, match="inside HOME"):
+        check_cli(AgentConfig(name="x", factory="cli", command="fake", home_files={"../../etc/x": ""}))
+    with pytest.raises(ValueError, match="agent.base_url"):
+        check_cli(AgentConfig(name="x", factory="cli", command="fake", base_url="api.example.com"))

@@ -31,12 +31,15 @@ def _headline(result: dict) -> dict:
     return out
 
 
+GREEDY_EXTRA = ("reference=true", "null_model_check=true")
+
+
 @pytest.fixture(scope="module")
 def greedy_run(tmp_path_factory, prefect_server):
     from flows.bench import run_bench
 
     tmp = tmp_path_factory.mktemp("greedy")
-    cfg = small_config(tmp, "greedy", 0, "reference=true", "null_model_check=true")
+    cfg = small_config(tmp, "greedy", 0, *GREEDY_EXTRA)
     start = time.monotonic()
     result = run_bench(cfg)
     return cfg, result, time.monotonic() - start
@@ -111,15 +114,16 @@ def test_tiny_budget_still_selects_and_grades(tmp_path, prefect_server):
 
 
 def _bench_cmd(tmp: Path) -> list[str]:
-    return [sys.executable, "-m", "flows.bench", *small_overrides(tmp, "greedy", 0)]
+    """The command line of the `greedy_run` fixture's bench, run in a fresh process and folder."""
+    return [sys.executable, "-m", "flows.bench", *small_overrides(tmp, "greedy", 0, *GREEDY_EXTRA)]
 
 
-def test_killed_run_resumes_to_the_same_result(tmp_path):
-    """SIGKILL during the second iteration, start again: same scores and FLOPs as an uninterrupted run."""
+def test_killed_run_resumes_to_the_same_result(tmp_path, greedy_run):
+    """SIGKILL during the second iteration, start again: same scores and FLOPs as an uninterrupted
+    run (the module's own greedy run: the same config, run in this process)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("PREFECT_API_URL", None)
-    whole, killed = tmp_path / "whole", tmp_path / "killed"
-    subprocess.run(_bench_cmd(whole), cwd=ROOT, env=env, check=True, capture_output=True, timeout=900)
+    killed = tmp_path / "killed"
 
     proc = subprocess.Popen(_bench_cmd(killed), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)  # fmt: skip
@@ -135,6 +139,6 @@ def test_killed_run_resumes_to_the_same_result(tmp_path):
     assert not list((killed / "runs").glob("*/result.json"))
     subprocess.run(_bench_cmd(killed), cwd=ROOT, env=env, check=True, capture_output=True, timeout=900)
 
-    a = json.loads(next((whole / "runs").glob("*/result.json")).read_text())
+    a = greedy_run[1]
     b = json.loads(next((killed / "runs").glob("*/result.json")).read_text())
     assert _headline(a) == _headline(b)
