@@ -90,14 +90,22 @@ def _texts(value: object) -> list[str]:
 
 
 def edit_block(body: dict, key: str = "epochs", value: int = 3) -> str:
-    """An aider SEARCH/REPLACE block setting `key` in trainer/config.json, from the file text the
-    request carries (aider sends the files it edits in the chat)."""
+    """aider's edit setting `key` in trainer/config.json, from the file text the request carries
+    (aider sends the files it edits in the chat): a SEARCH/REPLACE block where its system prompt
+    asks for those (the diff format), else the whole new file (the whole format)."""
     pattern = re.compile(rf'^([ \t]*)"{key}": *([^,\n]*?)(,?)[ \t]*$', re.M)
-    for text in _texts(body):
-        if found := pattern.search(text):
-            indent, old, comma = found.groups()
-            search, replace = f'{indent}"{key}": {old}{comma}', f'{indent}"{key}": {value}{comma}'
+    texts = _texts(body)
+    diff = any("SEARCH/REPLACE" in t for t in texts)
+    for text in texts:
+        if not (found := pattern.search(text)):
+            continue
+        indent, old, comma = found.groups()
+        search, replace = f'{indent}"{key}": {old}{comma}', f'{indent}"{key}": {value}{comma}'
+        if diff:
             return f"trainer/config.json\n```\n<<<<<<< SEARCH\n{search}\n=======\n{replace}\n>>>>>>> REPLACE\n```\n"
+        fence = text.rfind("```", 0, found.start()), text.find("```", found.end())
+        whole = text[text.index("\n", fence[0]) + 1 : fence[1]].replace(search, replace).rstrip("\n")
+        return f"trainer/config.json\n```\n{whole}\n```\n"
     return "I could not find the trainer config."
 
 

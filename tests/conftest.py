@@ -65,6 +65,13 @@ SMALL_OVERRIDES = [
 ]  # fmt: skip
 
 
+@pytest.fixture(scope="session")
+def shared_bench_cache(tmp_path_factory):
+    """One cache_dir for the small benches that test an agent, not the cache: the data, base
+    model, calibration and the initial system's steps are then made once per session."""
+    return tmp_path_factory.mktemp("shared-bench-cache")
+
+
 def small_overrides(tmp_path, agent: str = "greedy", seed: int = 0, *extra: str) -> list[str]:
     """The embedded math bench shrunk to run in about a minute, as Hydra overrides."""
     iters = ["agent.max_iterations=3"] if agent == "greedy" else []

@@ -36,7 +36,7 @@ def _bump_lr(body: dict) -> Reply:
     return tool_call("write_file", path="trainer/config.json", content=json.dumps(new, indent=2))
 
 
-def test_llm_agent_drives_a_bench_run(tmp_path, prefect_server, monkeypatch) -> None:
+def test_llm_agent_drives_a_bench_run(tmp_path, shared_bench_cache, prefect_server, monkeypatch) -> None:
     from flows.bench import run_bench
 
     monkeypatch.setenv("VTB_E2E_KEY", LLM_KEY)
@@ -49,7 +49,7 @@ def test_llm_agent_drives_a_bench_run(tmp_path, prefect_server, monkeypatch) -> 
     try:
         cfg = small_config(tmp_path, "llm", 0, f"agent.base_url={server.url}", "agent.model=testmodel",
                            "agent.api_key_env=VTB_E2E_KEY", "agent.max_iterations=2", "agent.max_steps=4",
-                           "+agent.prices.testmodel={input: 3.0, output: 15.0}")  # fmt: skip
+                           "+agent.prices.testmodel={input: 3.0, output: 15.0}", f"cache_dir={shared_bench_cache}")  # fmt: skip
         result = run_bench(cfg)
     finally:
         server.stop()
@@ -86,14 +86,17 @@ def test_llm_agent_drives_a_bench_run(tmp_path, prefect_server, monkeypatch) -> 
     )  # the variable's name is recorded, not its value
 
 
-def test_cli_agent_network_goes_only_through_the_proxy(tmp_path, web, prefect_server, monkeypatch) -> None:
+def test_cli_agent_network_goes_only_through_the_proxy(
+    tmp_path, shared_bench_cache, web, prefect_server, monkeypatch
+) -> None:
     from flows.bench import run_bench
 
     allowed_srv, other = web
     a_port, o_port = allowed_srv.server_address[1], other.server_address[1]
     monkeypatch.setenv("VTB_CLI_KEY", CLI_KEY)
     script = write_stand_in(tmp_path / "cli-install", a_port, o_port)
-    cfg = small_config(tmp_path, "cli", 0, "agent.max_iterations=2", "agent.usage=claude")
+    cfg = small_config(tmp_path, "cli", 0, "agent.max_iterations=2", "agent.usage=claude",
+                       f"cache_dir={shared_bench_cache}")  # fmt: skip
     cfg.agent.command = f"{script} {{prompt_file}}"
     cfg.agent.allow_hosts = [f"127.0.0.1:{a_port}"]
     cfg.agent.env = ["VTB_CLI_KEY"]

@@ -82,6 +82,19 @@ def check_calls(server: ApiServer, name: str, egress: list[dict]) -> None:
     assert {e["path"] for e in logged} >= {r["path"] for r in calls}
 
 
+def _bare_env(tmp_path: Path, backend: str) -> tuple[SandboxResearchEnv, Path]:
+    """A research env on a workspace holding the files aider is told to edit."""
+    ws, data, base = tmp_path / "ws", tmp_path / "data", tmp_path / "base"
+    for d in (ws / "data", ws / "trainer", ws / "harness", data / "research", base):
+        d.mkdir(parents=True)
+    (ws / "trainer" / "config.json").write_text(json.dumps({"lr": 0.001, "epochs": 1}, indent=2))
+    (ws / "harness" / "harness.py").write_text("# harness\n")
+    (ws / "harness" / "config.json").write_text("{}\n")
+    env = SandboxResearchEnv(ws, tmp_path / "store", Feedback("math", 1, 2, 0), sandbox_backend(backend),
+                             research_mounts(ws, data, base), Limits(wall_seconds=150, cpu_seconds=300))  # fmt: skip
+    return env, ws
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", list(CLIS))
 def test_a_real_cli_turn_edits_through_the_proxy(tmp_path, monkeypatch, name, backend) -> None:
@@ -91,14 +104,7 @@ def test_a_real_cli_turn_edits_through_the_proxy(tmp_path, monkeypatch, name, ba
     try:
         cfg = small_config(tmp_path, name, 0, f"agent.base_url={server.base}{CLIS[name][4]}").agent
         cfg.turn_wall_s = 120
-        ws, data, base = tmp_path / "ws", tmp_path / "data", tmp_path / "base"
-        for d in (ws / "data", ws / "trainer", ws / "harness", data / "research", base):
-            d.mkdir(parents=True)
-        (ws / "trainer" / "config.json").write_text(json.dumps({"lr": 0.001, "epochs": 1}, indent=2))
-        (ws / "harness" / "harness.py").write_text("# harness\n")
-        (ws / "harness" / "config.json").write_text("{}\n")
-        env = SandboxResearchEnv(ws, tmp_path / "store", Feedback("math", 1, 2, 0), sandbox_backend(backend),
-                                 research_mounts(ws, data, base), Limits(wall_seconds=150, cpu_seconds=300))  # fmt: skip
+        env, ws = _bare_env(tmp_path, backend)
         result = make_agent(cfg).turn(env)
     finally:
         server.stop()
@@ -122,14 +128,15 @@ def _files(root: Path) -> list[Path]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["claude_code", "codex", "aider"])
-def test_a_real_cli_drives_a_bench_run(tmp_path_factory, prefect_server, monkeypatch, name) -> None:
+def test_a_real_cli_drives_a_bench_run(
+    tmp_path, shared_bench_cache, prefect_server, monkeypatch, name
+) -> None:
     """A whole shrunken bench with the shipped config and only the endpoint override (bwrap)."""
     from flows.bench import run_bench
 
     installed(name)
     monkeypatch.setenv(CLIS[name][1], KEY)
-    shared = tmp_path_factory.getbasetemp() / "cli-bench-cache"  # provision once for the three CLIs
-    tmp_path = tmp_path_factory.mktemp(name)
+    shared = shared_bench_cache
     server = ApiServer(script(name))
     try:
         cfg = small_config(tmp_path, name, 0, f"agent.base_url={server.base}{CLIS[name][4]}",
@@ -146,7 +153,28 @@ def test_a_real_cli_drives_a_bench_run(tmp_path_factory, prefect_server, monkeyp
     assert it1["agent"]["tokens"] > 0 and it1["agent"]["usage"].startswith("self-reported")
     rows = [json.loads(line) for line in (run_dir / "ledger.jsonl").read_text().splitlines()]
     assert sum(r["charge"]["agent_tokens"] for r in rows if r["step"] == "agent") == it1["agent"]["tokens"]
-    shown = md_text(f"{it1['agent']['tokens']} ({it1['agent']['usage']})")
+    shown = f"{it1['agent']['tokens']} ({md_text(it1['agent']['usage'])})"
     assert f"| {shown} |" in (run_dir / "report.md").read_text()
     leaks = [str(p) for p in [*_files(run_dir), *_files(shared)] if KEY.encode() in p.read_bytes()]
     assert leaks == []
+
+
+def test_aider_on_an_openai_compatible_server(tmp_path, monkeypatch) -> None:
+    """aider against a chat-completions endpoint (a user's vLLM server): litellm's openai/ route."""
+    installed("aider")
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    server = ApiServer(script("aider"))
+    try:
+        cfg = small_config(tmp_path, "aider", 0, "agent.model=openai/served-model", "agent.env=[OPENAI_API_KEY]",
+                           f"agent.base_url={server.base}/v1", '+agent.set_env.OPENAI_API_BASE="{base_url}"').agent  # fmt: skip
+        cfg.turn_wall_s = 120
+        env, ws = _bare_env(tmp_path, "bwrap")
+        result = make_agent(cfg).turn(env)
+    finally:
+        server.stop()
+    (run,) = [e for e in env.log if "agent_command" in e]
+    said = "\n".join(line["line"] for line in run["output"])[-3000:]
+    assert json.loads((ws / "trainer" / "config.json").read_text())["epochs"] == 3, said
+    calls = server.calls("/v1/chat/completions")
+    assert calls and all(r["headers"].get("authorization") == f"Bearer {KEY}" for r in calls)
+    assert calls[0]["body"]["model"] == "served-model" and result.usage == "self-reported (rounded)"
