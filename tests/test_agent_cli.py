@@ -244,6 +244,11 @@ try:
     print("other-port connected")
 except OSError:
     print("other-port refused")
+try:  # the CLI's own install folder (as .agents/ is) is mounted read-only
+    open(__file__ + ".patched", "w")
+    print("install writable")
+except OSError:
+    print("install read-only")
 """
 
 
@@ -259,7 +264,7 @@ def test_a_forwarded_loopback_port_reaches_only_its_allowlisted_target(tmp_path,
     (run,) = [e for e in env.log if "agent_command" in e]
     said = [line["line"] for line in run["output"] if line["stream"] == "stdout"]
     assert said == ["direct 200", "spoofed-host HTTP/1.1 403 Forbidden", "absolute-url HTTP/1.1 403 Forbidden",
-                    "connect HTTP/1.1 403 Forbidden", "other-port refused"], run["output"]  # fmt: skip
+                    "connect HTTP/1.1 403 Forbidden", "other-port refused", "install read-only"], run["output"]  # fmt: skip
     assert allowed_srv.hits == ["/direct"] and other.hits == []
     assert [(e["port"], e["allowed"]) for e in env.egress] == [(a_port, True)] + [(o_port, False)] * 3
 
