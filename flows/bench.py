@@ -33,7 +33,6 @@ from vtb import pipeline, record  # noqa: E402
 from vtb.agents import Feedback, make_agent  # noqa: E402
 from vtb.agents.prompt import template_digest  # noqa: E402
 from vtb.config import BenchConfig, ModelConfig  # noqa: E402
-from vtb.domains.salt import salt_sha256  # noqa: E402
 from vtb.engine.select import engine_env  # noqa: E402
 from vtb.hashing import code_version, hash_json  # noqa: E402
 from vtb.ledger import Charge, FlopsFloor, Ledger, StepLimits, check_budget  # noqa: E402
@@ -100,8 +99,9 @@ class Bench:
     def provision(self) -> None:
         cfg = self.cfg
         say(f"run {self.run_id}: provisioning data and the {cfg.model.name} base model", self.t0)
-        self.data = self._call("data", key=hash_json(["data", asdict(cfg.task), salt_sha256(cfg.task), code_version("domains")]),
-                                       task_cfg=cfg.task, cache=str(self.cache))  # fmt: skip
+        self.data = self._call(
+            "data", key=pipeline.data_key(cfg.task), task_cfg=cfg.task, cache=str(self.cache)
+        )
         model_key = hash_json(
             ["model", asdict(cfg.model), self.data["hashes"], code_version(*pipeline.MODEL_CODE)]
         )

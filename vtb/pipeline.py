@@ -18,7 +18,7 @@ from pathlib import Path
 from vtb.config import BenchConfig, ModelConfig, SandboxConfig, TaskConfig
 from vtb.domains import salt
 from vtb.domains.registry import get_domain
-from vtb.hashing import hash_dir, hash_file, hash_json
+from vtb.hashing import code_version, hash_dir, hash_file, hash_json
 from vtb.sandbox import make_sandbox, runtime_mounts
 from vtb.sandbox.base import Limits, Mount
 from vtb.workspace import snapshot
@@ -27,6 +27,13 @@ from vtb.workspace import snapshot
 TRAIN_CODE = ("engine", "models")
 PLAY_CODE = ("engine", "models", "protocol.py", "runner.py", "domains")
 MODEL_CODE = ("models", "engine", "domains")
+DATA_CODE = ("domains",)
+
+
+def data_key(task: TaskConfig) -> str:
+    """The data step's cache key, which also names its folder, so the two cannot disagree: a
+    generator change makes a new key and new splits, never the old splits under a new key."""
+    return hash_json(["data", asdict(task), salt.salt_sha256(task), code_version(*DATA_CODE)])
 
 
 def provision_data(task: TaskConfig, cache: Path) -> dict:
@@ -37,8 +44,7 @@ def provision_data(task: TaskConfig, cache: Path) -> dict:
     """
     domain = get_domain(task.name)
     salt_hash = salt.salt_sha256(task)
-    key = hash_json([asdict(task), salt_hash])[:16]
-    data_dir = cache / "data" / f"{task.name}-{key}"
+    data_dir = cache / "data" / f"{task.name}-{data_key(task)[:16]}"
     if not (data_dir / "DONE").exists():
         tmp = Path(tempfile.mkdtemp(dir=cache, prefix=".data-"))
         counts = domain.provision(task, tmp)

@@ -1,0 +1,30 @@
+"""The data step's cache: its key names its folder, so a generator change never serves old splits."""
+
+from __future__ import annotations
+
+from vtb import pipeline
+from vtb.config import TaskConfig
+from vtb.domains.math.domain import MathDomain
+
+
+def test_a_generator_change_serves_new_splits_not_the_cached_ones(tmp_path, monkeypatch) -> None:
+    """Before the fix the folder was named by the task config alone: once DONE it was reused, so
+    a changed generator (a new step cache key) still got the old splits."""
+    task = TaskConfig(name="math", n_pool=60, n_val=10, n_test=10, initial_data_size=20)
+    first = pipeline.provision_data(task, tmp_path)
+    assert pipeline.provision_data(task, tmp_path) == first  # unchanged code: served from the folder
+
+    original = MathDomain.provision
+
+    def changed_generator(self, task_cfg, out):  # a generator edit: other pool rows
+        counts = original(self, task_cfg, out)
+        pool = out / "research" / "pool.jsonl"
+        pool.write_text("".join(reversed(pool.read_text().splitlines(keepends=True))))
+        return counts
+
+    monkeypatch.setattr(MathDomain, "provision", changed_generator)
+    monkeypatch.setattr(pipeline, "code_version", lambda *parts: "edited-domains-code", raising=False)
+    second = pipeline.provision_data(task, tmp_path)
+    assert second["data_dir"] != first["data_dir"]
+    assert second["hashes"]["pool"] != first["hashes"]["pool"]
+    assert pipeline.data_key(task) != "" and second["data_dir"].endswith(pipeline.data_key(task)[:16])
