@@ -169,14 +169,26 @@ class _Handler(BaseHTTPRequestHandler):
         tool = _tool(body)
         msg_id = f"msg_{uuid.uuid4().hex[:12]}"
         if step.shell and tool:
-            block = {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:12]}", "name": tool[0],
-                     "input": _shell_args(*tool, step.shell)}  # fmt: skip
+            block = {
+                "type": "tool_use",
+                "id": f"toolu_{uuid.uuid4().hex[:12]}",
+                "name": tool[0],
+                "input": _shell_args(*tool, step.shell),
+            }
             stop = "tool_use"
         else:
             block, stop = {"type": "text", "text": step.reply_text(body)}, "end_turn"
         usage = {"input_tokens": USAGE["input"], "output_tokens": USAGE["output"]}
-        message = {"id": msg_id, "type": "message", "role": "assistant", "model": body.get("model", "m"),
-                   "content": [block], "stop_reason": stop, "stop_sequence": None, "usage": usage}  # fmt: skip
+        message = {
+            "id": msg_id,
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model", "m"),
+            "content": [block],
+            "stop_reason": stop,
+            "stop_sequence": None,
+            "usage": usage,
+        }
         if not body.get("stream"):
             return self._json(200, message)
         start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
@@ -186,15 +198,23 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             opened = {"type": "text", "text": ""}
             delta = {"type": "text_delta", "text": block["text"]}
-        self._sse([
-            ("message_start", {"type": "message_start", "message": start}),
-            ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": opened}),
-            ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}),
-            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-            ("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
-                               "usage": {"output_tokens": USAGE["output"]}}),
-            ("message_stop", {"type": "message_stop"}),
-        ])  # fmt: skip
+        self._sse(
+            [
+                ("message_start", {"type": "message_start", "message": start}),
+                ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": opened}),
+                ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}),
+                ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                (
+                    "message_delta",
+                    {
+                        "type": "message_delta",
+                        "delta": {"stop_reason": stop, "stop_sequence": None},
+                        "usage": {"output_tokens": USAGE["output"]},
+                    },
+                ),
+                ("message_stop", {"type": "message_stop"}),
+            ]
+        )
 
     # -- OpenAI Responses --------------------------------------------------------------------
 
@@ -202,37 +222,75 @@ class _Handler(BaseHTTPRequestHandler):
         tool = _tool(body)
         rid = f"resp_{uuid.uuid4().hex[:12]}"
         if step.shell and tool:
-            item = {"type": "function_call", "id": f"fc_{uuid.uuid4().hex[:12]}", "status": "completed",
-                    "call_id": f"call_{uuid.uuid4().hex[:12]}", "name": tool[0],
-                    "arguments": json.dumps(_shell_args(*tool, step.shell))}  # fmt: skip
+            item = {
+                "type": "function_call",
+                "id": f"fc_{uuid.uuid4().hex[:12]}",
+                "status": "completed",
+                "call_id": f"call_{uuid.uuid4().hex[:12]}",
+                "name": tool[0],
+                "arguments": json.dumps(_shell_args(*tool, step.shell)),
+            }
         else:
-            item = {"type": "message", "id": f"msg_{uuid.uuid4().hex[:12]}", "status": "completed", "role": "assistant",
-                    "content": [{"type": "output_text", "text": step.reply_text(body), "annotations": []}]}  # fmt: skip
-        usage = {"input_tokens": USAGE["input"], "input_tokens_details": {"cached_tokens": 0},
-                 "output_tokens": USAGE["output"], "output_tokens_details": {"reasoning_tokens": 0},
-                 "total_tokens": USAGE["input"] + USAGE["output"]}  # fmt: skip
-        response = {"id": rid, "object": "response", "model": body.get("model", "m"), "status": "in_progress",
-                    "output": []}  # fmt: skip
-        self._sse([
-            ("response.created", {"type": "response.created", "response": response}),
-            ("response.output_item.added", {"type": "response.output_item.added", "output_index": 0, "item": item}),
-            ("response.output_item.done", {"type": "response.output_item.done", "output_index": 0, "item": item}),
-            ("response.completed", {"type": "response.completed",
-                                    "response": {**response, "status": "completed", "output": [item], "usage": usage}}),
-        ])  # fmt: skip
+            item = {
+                "type": "message",
+                "id": f"msg_{uuid.uuid4().hex[:12]}",
+                "status": "completed",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": step.reply_text(body), "annotations": []}],
+            }
+        usage = {
+            "input_tokens": USAGE["input"],
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": USAGE["output"],
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": USAGE["input"] + USAGE["output"],
+        }
+        response = {
+            "id": rid,
+            "object": "response",
+            "model": body.get("model", "m"),
+            "status": "in_progress",
+            "output": [],
+        }
+        self._sse(
+            [
+                ("response.created", {"type": "response.created", "response": response}),
+                (
+                    "response.output_item.added",
+                    {"type": "response.output_item.added", "output_index": 0, "item": item},
+                ),
+                (
+                    "response.output_item.done",
+                    {"type": "response.output_item.done", "output_index": 0, "item": item},
+                ),
+                (
+                    "response.completed",
+                    {
+                        "type": "response.completed",
+                        "response": {**response, "status": "completed", "output": [item], "usage": usage},
+                    },
+                ),
+            ]
+        )
 
     # -- OpenAI chat completions -------------------------------------------------------------
 
     def _chat(self, body: dict, step: Step) -> None:
         tool = _tool(body)
         if step.shell and tool:
-            call = {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
-                    "function": {"name": tool[0], "arguments": json.dumps(_shell_args(*tool, step.shell))}}  # fmt: skip
+            call = {
+                "id": f"call_{uuid.uuid4().hex[:12]}",
+                "type": "function",
+                "function": {"name": tool[0], "arguments": json.dumps(_shell_args(*tool, step.shell))},
+            }
             message, finish = {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"
         else:
             message, finish = {"role": "assistant", "content": step.reply_text(body)}, "stop"
-        usage = {"prompt_tokens": USAGE["input"], "completion_tokens": USAGE["output"],
-                 "total_tokens": USAGE["input"] + USAGE["output"]}  # fmt: skip
+        usage = {
+            "prompt_tokens": USAGE["input"],
+            "completion_tokens": USAGE["output"],
+            "total_tokens": USAGE["input"] + USAGE["output"],
+        }
         base = {"id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "model": body.get("model", "m"), "created": 0}
         if not body.get("stream"):
             choice = {"index": 0, "message": message, "finish_reason": finish}
@@ -256,10 +314,18 @@ class _Handler(BaseHTTPRequestHandler):
             part = {"functionCall": {"name": tool[0], "args": _shell_args(*tool, step.shell)}}
         else:
             part = {"text": step.reply_text(body)}
-        usage = {"promptTokenCount": USAGE["input"], "candidatesTokenCount": USAGE["output"],
-                 "totalTokenCount": USAGE["input"] + USAGE["output"]}  # fmt: skip
-        out = {"candidates": [{"content": {"role": "model", "parts": [part]}, "finishReason": "STOP", "index": 0}],
-               "usageMetadata": usage, "modelVersion": "test"}  # fmt: skip
+        usage = {
+            "promptTokenCount": USAGE["input"],
+            "candidatesTokenCount": USAGE["output"],
+            "totalTokenCount": USAGE["input"] + USAGE["output"],
+        }
+        out = {
+            "candidates": [
+                {"content": {"role": "model", "parts": [part]}, "finishReason": "STOP", "index": 0}
+            ],
+            "usageMetadata": usage,
+            "modelVersion": "test",
+        }
         if stream:
             return self._sse([(None, out)])
         self._json(200, out)

@@ -40,16 +40,28 @@ def test_llm_agent_drives_a_bench_run(tmp_path, shared_bench_cache, prefect_serv
     from flows.bench import run_bench
 
     monkeypatch.setenv("VTB_E2E_KEY", LLM_KEY)
-    server = ChatServer([
-        tool_call("read_file", path="trainer/config.json"),  # turn 1: read, edit, end
-        _bump_lr,
-        tool_call("end_turn", notes="lr 3e-3, 3 epochs, cosine"),
-        tool_call("list_files"),  # turn 2: never ends its turn; stopped after agent.max_steps calls
-    ], repeat_last=True)  # fmt: skip
+    server = ChatServer(
+        [
+            tool_call("read_file", path="trainer/config.json"),  # turn 1: read, edit, end
+            _bump_lr,
+            tool_call("end_turn", notes="lr 3e-3, 3 epochs, cosine"),
+            tool_call("list_files"),  # turn 2: never ends its turn; stopped after agent.max_steps calls
+        ],
+        repeat_last=True,
+    )
     try:
-        cfg = small_config(tmp_path, "llm", 0, f"agent.base_url={server.url}", "agent.model=testmodel",
-                           "agent.api_key_env=VTB_E2E_KEY", "agent.max_iterations=2", "agent.max_steps=4",
-                           "+agent.prices.testmodel={input: 3.0, output: 15.0}", f"cache_dir={shared_bench_cache}")  # fmt: skip
+        cfg = small_config(
+            tmp_path,
+            "llm",
+            0,
+            f"agent.base_url={server.url}",
+            "agent.model=testmodel",
+            "agent.api_key_env=VTB_E2E_KEY",
+            "agent.max_iterations=2",
+            "agent.max_steps=4",
+            "+agent.prices.testmodel={input: 3.0, output: 15.0}",
+            f"cache_dir={shared_bench_cache}",
+        )
         result = run_bench(cfg)
     finally:
         server.stop()
@@ -95,8 +107,9 @@ def test_cli_agent_network_goes_only_through_the_proxy(
     a_port, o_port = allowed_srv.server_address[1], other.server_address[1]
     monkeypatch.setenv("VTB_CLI_KEY", CLI_KEY)
     script = write_stand_in(tmp_path / "cli-install", a_port, o_port)
-    cfg = small_config(tmp_path, "cli", 0, "agent.max_iterations=2", "agent.usage=claude",
-                       f"cache_dir={shared_bench_cache}")  # fmt: skip
+    cfg = small_config(
+        tmp_path, "cli", 0, "agent.max_iterations=2", "agent.usage=claude", f"cache_dir={shared_bench_cache}"
+    )
     cfg.agent.command = f"{script} {{prompt_file}}"
     cfg.agent.allow_hosts = [f"127.0.0.1:{a_port}"]
     cfg.agent.env = ["VTB_CLI_KEY"]

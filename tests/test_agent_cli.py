@@ -61,32 +61,53 @@ def test_proxy_connect_and_plain_http_are_logged(tmp_path, web, host_server) -> 
         assert _ask(proxy.path, b"GET /relative HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 400")
     assert other.hits == [] and allowed_srv.hits == ["/x?y=1"]
     log = [(e["method"], e["port"], e["allowed"], e["status"]) for e in proxy.log]
-    assert log == [("GET", a_port, True, "done"), ("CONNECT", t_port, True, "done"),
-                   ("GET", o_port, False, "refused"), ("GET /relative HTTP/1.1", None, False, "bad-request")]  # fmt: skip
+    assert log == [
+        ("GET", a_port, True, "done"),
+        ("CONNECT", t_port, True, "done"),
+        ("GET", o_port, False, "refused"),
+        ("GET /relative HTTP/1.1", None, False, "bad-request"),
+    ]
     assert proxy.log[0]["bytes_down"] > 0 and proxy.log[1]["bytes_down"] == len(b"HOST-SERVER-DATA")
     assert not proxy.path.exists()
 
 
 def test_usage_from_cli_output() -> None:
-    claude = ['{"type":"system"}', "not json",
-              '{"type":"result","total_cost_usd":0.42,"usage":{"input_tokens":100,"cache_read_input_tokens":900,'
-              '"output_tokens":50}}']  # fmt: skip
+    claude = [
+        '{"type":"system"}',
+        "not json",
+        '{"type":"result","total_cost_usd":0.42,"usage":{"input_tokens":100,"cache_read_input_tokens":900,'
+        '"output_tokens":50}}',
+    ]
     u = parse_usage(claude, "claude")
     assert (u.prompt, u.completion, u.cost_usd, u.source) == (1000, 50, 0.42, "self-reported")
     verbose = "[" + ", ".join(['{"type":"system"}', claude[2]]) + "]"  # --output-format json --verbose
     assert parse_usage([verbose], "claude").prompt == 1000
     codex = ['{"type":"turn.completed","usage":{"input_tokens":10,"output_tokens":5}}'] * 2
     assert (parse_usage(codex, "codex").prompt, parse_usage(codex, "codex").completion) == (20, 10)
-    opencode = ['{"type":"step_finish","part":{"tokens":{"input":100,"output":5,"reasoning":2,'
-                '"cache":{"read":50,"write":10}},"cost":0.01}}'] * 2  # fmt: skip
+    opencode = [
+        '{"type":"step_finish","part":{"tokens":{"input":100,"output":5,"reasoning":2,'
+        '"cache":{"read":50,"write":10}},"cost":0.01}}'
+    ] * 2
     u = parse_usage(opencode, "opencode")
     assert (u.prompt, u.completion, u.cost_usd) == (320, 14, 0.02)
-    gemini = json.dumps({"response": "ok", "stats": {"models": {"a": {"tokens": {"prompt": 900, "candidates": 40,
-                         "thoughts": 10}}, "b": {"tokens": {"prompt": 100, "candidates": 0}}}}}, indent=2)  # fmt: skip
+    gemini = json.dumps(
+        {
+            "response": "ok",
+            "stats": {
+                "models": {
+                    "a": {"tokens": {"prompt": 900, "candidates": 40, "thoughts": 10}},
+                    "b": {"tokens": {"prompt": 100, "candidates": 0}},
+                }
+            },
+        },
+        indent=2,
+    )
     u = parse_usage(gemini.splitlines(), "gemini")  # pretty-printed over many lines
     assert (u.prompt, u.completion, u.cost_usd) == (1000, 50, None)
-    aider = ["Tokens: 2.4k sent, 27 received. Cost: $0.0076 message, $0.0076 session.",
-             "Tokens: 1.2k sent, 3.0k cache write, 800 cache hit, 1.1k received. Cost: $0.01 message, $0.02 session."]  # fmt: skip
+    aider = [
+        "Tokens: 2.4k sent, 27 received. Cost: $0.0076 message, $0.0076 session.",
+        "Tokens: 1.2k sent, 3.0k cache write, 800 cache hit, 1.1k received. Cost: $0.01 message, $0.02 session.",
+    ]
     u = parse_usage(aider, "aider")
     assert (u.prompt, u.completion, u.source) == (2400 + 5000, 27 + 1100, "self-reported (rounded)")
     assert u.cost_usd == pytest.approx(0.0176)
@@ -158,14 +179,27 @@ def test_cli_turn_through_the_proxy(tmp_path, web, monkeypatch, backend) -> None
     a_port, o_port = allowed_srv.server_address[1], other.server_address[1]
     monkeypatch.setenv("VTB_CLI_KEY", KEY)
     script = write_stand_in(tmp_path / "cli", a_port, o_port)
-    cfg = AgentConfig(name="fake", factory="cli", command=f"{script} {{prompt_file}}", allow_hosts=[f"127.0.0.1:{a_port}"],
-                      env=["VTB_CLI_KEY"], mounts=[str(script.parent)], usage="claude")  # fmt: skip
+    cfg = AgentConfig(
+        name="fake",
+        factory="cli",
+        command=f"{script} {{prompt_file}}",
+        allow_hosts=[f"127.0.0.1:{a_port}"],
+        env=["VTB_CLI_KEY"],
+        mounts=[str(script.parent)],
+        usage="claude",
+    )
     ws, data, base = tmp_path / "ws", tmp_path / "data", tmp_path / "base"
     for d in (ws / "data", ws / "trainer", ws / "harness", data / "research", base):
         d.mkdir(parents=True)
     (ws / "trainer" / "config.json").write_text('{"epochs": 2}')
-    env = SandboxResearchEnv(ws, tmp_path / "store", Feedback("math", 1, 2, 0), sandbox_backend(backend),
-                             research_mounts(ws, data, base), Limits(wall_seconds=60, cpu_seconds=60))  # fmt: skip
+    env = SandboxResearchEnv(
+        ws,
+        tmp_path / "store",
+        Feedback("math", 1, 2, 0),
+        sandbox_backend(backend),
+        research_mounts(ws, data, base),
+        Limits(wall_seconds=60, cpu_seconds=60),
+    )
     result = make_agent(cfg).turn(env)
 
     assert result.done is True and result.notes == "fake: exited 0, submitted"
@@ -175,8 +209,13 @@ def test_cli_turn_through_the_proxy(tmp_path, web, monkeypatch, backend) -> None
         (line["stream"], line["line"].split(" ")[0] + " " + line["line"].split(" ")[1])
         for line in run["output"]
     }
-    assert {("stdout", "prompt ok"), ("stdout", "allowed 200"), ("stdout", "refused failed"),
-            ("stdout", "direct failed"), ("stderr", "my key")} <= out  # fmt: skip
+    assert {
+        ("stdout", "prompt ok"),
+        ("stdout", "allowed 200"),
+        ("stdout", "refused failed"),
+        ("stdout", "direct failed"),
+        ("stderr", "my key"),
+    } <= out
     assert all(isinstance(line["t"], float) for line in run["output"])
     assert allowed_srv.hits == ["/api"] and other.hits == []
     assert [(e["port"], e["allowed"]) for e in env.egress] == [(a_port, True), (o_port, False)]
@@ -197,8 +236,14 @@ def test_cli_without_allowlist_has_no_network(tmp_path, web, monkeypatch) -> Non
     for d in (ws / "data", ws / "trainer", data / "research", base):
         d.mkdir(parents=True)
     (ws / "trainer" / "config.json").write_text("{}")
-    env = SandboxResearchEnv(ws, tmp_path / "store", Feedback("math", 1, 2, 0), make_sandbox("bwrap"),
-                             research_mounts(ws, data, base), Limits(wall_seconds=60, cpu_seconds=60))  # fmt: skip
+    env = SandboxResearchEnv(
+        ws,
+        tmp_path / "store",
+        Feedback("math", 1, 2, 0),
+        make_sandbox("bwrap"),
+        research_mounts(ws, data, base),
+        Limits(wall_seconds=60, cpu_seconds=60),
+    )
     make_agent(cfg).turn(env)
     (run,) = [e for e in env.log if "agent_command" in e]
     lines = [line["line"] for line in run["output"]]
@@ -222,8 +267,12 @@ def test_proxy_logs_each_plain_request_and_plain_http_inside_a_tunnel(tmp_path, 
         assert _ask(proxy.path, two.encode()).startswith(b"HTTP/1.1 400")
     assert other.hits == [] and allowed_srv.hits == ["/one", "/two", "/tunnelled"]
     log = [(e["method"], e["path"], e["requests"], e.get("tunnel", False), e["status"]) for e in proxy.log]
-    assert log[:4] == [("GET", "/one", 1, False, "done"), ("GET", "/two", 1, False, "done"),
-                       ("GET", "/tunnelled", 1, True, "done"), ("GET", "/spoof", 1, False, "refused")]  # fmt: skip
+    assert log[:4] == [
+        ("GET", "/one", 1, False, "done"),
+        ("GET", "/two", 1, False, "done"),
+        ("GET", "/tunnelled", 1, True, "done"),
+        ("GET", "/spoof", 1, False, "refused"),
+    ]
     assert log[4][-1] == "bad-request"
 
 
@@ -258,13 +307,20 @@ def test_a_forwarded_loopback_port_reaches_only_its_allowlisted_target(tmp_path,
 
     allowed_srv, other = web
     a_port, o_port = allowed_srv.server_address[1], other.server_address[1]
-    cfg, env = cli_turn_env(tmp_path, backend, FORWARD_ATTACK.format(a=a_port, o=o_port),
-                            allow_hosts=[f"127.0.0.1:{a_port}"])  # fmt: skip
+    cfg, env = cli_turn_env(
+        tmp_path, backend, FORWARD_ATTACK.format(a=a_port, o=o_port), allow_hosts=[f"127.0.0.1:{a_port}"]
+    )
     make_agent(cfg).turn(env)
     (run,) = [e for e in env.log if "agent_command" in e]
     said = [line["line"] for line in run["output"] if line["stream"] == "stdout"]
-    assert said == ["direct 200", "spoofed-host HTTP/1.1 403 Forbidden", "absolute-url HTTP/1.1 403 Forbidden",
-                    "connect HTTP/1.1 403 Forbidden", "other-port refused", "install read-only"], run["output"]  # fmt: skip
+    assert said == [
+        "direct 200",
+        "spoofed-host HTTP/1.1 403 Forbidden",
+        "absolute-url HTTP/1.1 403 Forbidden",
+        "connect HTTP/1.1 403 Forbidden",
+        "other-port refused",
+        "install read-only",
+    ], run["output"]
     assert allowed_srv.hits == ["/direct"] and other.hits == []
     assert [(e["port"], e["allowed"]) for e in env.egress] == [(a_port, True)] + [(o_port, False)] * 3
 

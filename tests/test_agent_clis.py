@@ -90,8 +90,14 @@ def _bare_env(tmp_path: Path, backend: str) -> tuple[SandboxResearchEnv, Path]:
     (ws / "trainer" / "config.json").write_text(json.dumps({"lr": 0.001, "epochs": 1}, indent=2))
     (ws / "harness" / "harness.py").write_text("# harness\n")
     (ws / "harness" / "config.json").write_text("{}\n")
-    env = SandboxResearchEnv(ws, tmp_path / "store", Feedback("math", 1, 2, 0), sandbox_backend(backend),
-                             research_mounts(ws, data, base), Limits(wall_seconds=150, cpu_seconds=300))  # fmt: skip
+    env = SandboxResearchEnv(
+        ws,
+        tmp_path / "store",
+        Feedback("math", 1, 2, 0),
+        sandbox_backend(backend),
+        research_mounts(ws, data, base),
+        Limits(wall_seconds=150, cpu_seconds=300),
+    )
     return env, ws
 
 
@@ -139,8 +145,14 @@ def test_a_real_cli_drives_a_bench_run(
     shared = shared_bench_cache
     server = ApiServer(script(name))
     try:
-        cfg = small_config(tmp_path, name, 0, f"agent.base_url={server.base}{CLIS[name][4]}",
-                           "agent.max_iterations=1", f"cache_dir={shared}")  # fmt: skip
+        cfg = small_config(
+            tmp_path,
+            name,
+            0,
+            f"agent.base_url={server.base}{CLIS[name][4]}",
+            "agent.max_iterations=1",
+            f"cache_dir={shared}",
+        )
         result = run_bench(cfg)
     finally:
         server.stop()
@@ -165,8 +177,15 @@ def test_aider_on_an_openai_compatible_server(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     server = ApiServer(script("aider"))
     try:
-        cfg = small_config(tmp_path, "aider", 0, "agent.model=openai/served-model", "agent.env=[OPENAI_API_KEY]",
-                           f"agent.base_url={server.base}/v1", '+agent.set_env.OPENAI_API_BASE="{base_url}"').agent  # fmt: skip
+        cfg = small_config(
+            tmp_path,
+            "aider",
+            0,
+            "agent.model=openai/served-model",
+            "agent.env=[OPENAI_API_KEY]",
+            f"agent.base_url={server.base}/v1",
+            '+agent.set_env.OPENAI_API_BASE="{base_url}"',
+        ).agent
         cfg.turn_wall_s = 120
         env, ws = _bare_env(tmp_path, "bwrap")
         result = make_agent(cfg).turn(env)

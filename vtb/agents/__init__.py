@@ -40,6 +40,7 @@ class Feedback:
 
 class ResearchEnv(Protocol):
     workspace: Path  # host path of the live workspace (data/, trainer/, harness/)
+    egress: list[dict]  # a CLI agent's requests through the egress proxy, as logged
 
     def run(self, command: str, timeout_s: float = 600.0) -> dict: ...
 
@@ -54,6 +55,18 @@ class ResearchEnv(Protocol):
     def charge_agent(self, tokens: int, cost_usd: float, errors: list[str] = ()) -> None: ...  # to the ledger
 
     def note(self, entry: dict) -> None: ...  # one trajectory entry (e.g. a model call)
+
+    def run_agent(
+        self,
+        command: str,
+        *,
+        prompt: str,
+        env: dict[str, str],
+        allow_hosts: list[str],
+        timeout_s: float,
+        extra_mounts: list = (),
+        home_files: dict[str, str] | None = None,
+    ) -> dict: ...
 
 
 @dataclass

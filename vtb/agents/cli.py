@@ -61,8 +61,10 @@ def endpoint(base_url: str | None) -> str | None:
         return None
     url = urlsplit(base_url)
     if url.scheme not in ("http", "https") or not url.hostname:
-        raise ValueError(f"agent.base_url={base_url!r}: give a URL such as https://api.anthropic.com "
-                         "or http://127.0.0.1:8000/v1")  # fmt: skip
+        raise ValueError(
+            f"agent.base_url={base_url!r}: give a URL such as https://api.anthropic.com "
+            "or http://127.0.0.1:8000/v1"
+        )
     host = f"[{url.hostname}]" if ":" in url.hostname else url.hostname
     return f"{host}:{url.port or (443 if url.scheme == 'https' else 80)}"
 
@@ -119,17 +121,23 @@ def resolve_binary(cfg: AgentConfig) -> Path:
             if shutil.which(binary)
             else ""
         )
-        raise ValueError(f"agent {cfg.name}: `{binary}` is not on the sandbox's PATH{where}{hint}; install it "
-                         "into the project with scripts/install_agents.sh, or list its install folder in agent.mounts")  # fmt: skip
+        raise ValueError(
+            f"agent {cfg.name}: `{binary}` is not on the sandbox's PATH{where}{hint}; install it "
+            "into the project with scripts/install_agents.sh, or list its install folder in agent.mounts"
+        )
     if not _visible(Path(found), cfg):
-        raise ValueError(f"agent {cfg.name}: {found} resolves to {os.path.realpath(found)}, outside every folder the "
-                         "sandbox mounts: add that folder to agent.mounts")  # fmt: skip
+        raise ValueError(
+            f"agent {cfg.name}: {found} resolves to {os.path.realpath(found)}, outside every folder the "
+            "sandbox mounts: add that folder to agent.mounts"
+        )
     program = _interpreter(Path(found))
     if program is not None:
         interp = shutil.which(program, path=search) if "/" not in program else program
         if interp is None or not Path(interp).exists() or not _visible(Path(interp), cfg):
-            raise ValueError(f"agent {cfg.name}: {found} runs `{program}`, which the sandbox does not see "
-                             "(install it system-wide, e.g. Node.js 20+ for the npm CLIs, or mount its folder)")  # fmt: skip
+            raise ValueError(
+                f"agent {cfg.name}: {found} runs `{program}`, which the sandbox does not see "
+                "(install it system-wide, e.g. Node.js 20+ for the npm CLIs, or mount its folder)"
+            )
     return Path(found)
 
 
@@ -165,8 +173,12 @@ class CLIAgent:
     def turn(self, env: ResearchEnv) -> TurnResult:
         cfg = self.cfg
         prompt = render(cfg, env.feedback(), env.workspace, TOOLS_TEXT)
-        values = {"prompt_file": "/agent/prompt.md", "model": cfg.model or "", "max_steps": cfg.max_steps,
-                  "base_url": (cfg.base_url or "").rstrip("/")}  # fmt: skip
+        values = {
+            "prompt_file": "/agent/prompt.md",
+            "model": cfg.model or "",
+            "max_steps": cfg.max_steps,
+            "base_url": (cfg.base_url or "").rstrip("/"),
+        }
         command = fill(cfg.command, **values)
         fixed = {k: fill(str(v), **values) for k, v in cfg.set_env.items()}
         home_files = {k: fill(str(v), **values) for k, v in cfg.home_files.items()}
@@ -175,13 +187,19 @@ class CLIAgent:
         allow = [*cfg.allow_hosts, *filter(None, [endpoint(cfg.base_url)])]
         marker = env.workspace / SUBMIT_MARKER
         marker.unlink(missing_ok=True)
-        egress_before = len(getattr(env, "egress", []))
-        out = env.run_agent(command, prompt=prompt, env={"PATH": sandbox_path(cfg), **fixed, **secrets},
-                            allow_hosts=allow, timeout_s=cfg.turn_wall_s, extra_mounts=mounts,
-                            home_files=home_files)  # fmt: skip
+        egress_before = len(env.egress)
+        out = env.run_agent(
+            command,
+            prompt=prompt,
+            env={"PATH": sandbox_path(cfg), **fixed, **secrets},
+            allow_hosts=allow,
+            timeout_s=cfg.turn_wall_s,
+            extra_mounts=mounts,
+            home_files=home_files,
+        )
         stdout = [line["line"] for line in out["output"] if line["stream"] == "stdout"]
         usage = parse_usage(stdout, cfg.usage)
-        traffic = getattr(env, "egress", [])[egress_before:]
+        traffic = env.egress[egress_before:]
         up = sum(int(e.get("bytes_up") or 0) for e in traffic)
         down = sum(int(e.get("bytes_down") or 0) for e in traffic)
         if usage.prompt + usage.completion == 0 and up + down > 0:  # nothing (usable) reported
@@ -192,14 +210,25 @@ class CLIAgent:
             else price_of(cfg.prices, cfg.model, usage.prompt, usage.completion)
         )
         env.charge_agent(usage.prompt + usage.completion, cost, usage.errors)
-        env.note({"usage": usage.source, "prompt_tokens": usage.prompt, "completion_tokens": usage.completion,
-                  "proxy_bytes": {"up": up, "down": down}, **({"usage_errors": usage.errors} if usage.errors else {})})  # fmt: skip
+        env.note(
+            {
+                "usage": usage.source,
+                "prompt_tokens": usage.prompt,
+                "completion_tokens": usage.completion,
+                "proxy_bytes": {"up": up, "down": down},
+                **({"usage_errors": usage.errors} if usage.errors else {}),
+            }
+        )
         submit = marker.exists()
         marker.unlink(missing_ok=True)
         ended = f"killed ({out['killed']})" if out["killed"] else f"exited {out['returncode']}"
         stopped = "wall" if out["killed"] == "wall" else None
-        return TurnResult(done=submit, stopped=stopped, usage=usage.source,
-                          notes=f"{cfg.name}: {ended}" + (", submitted" if submit else ""))  # fmt: skip
+        return TurnResult(
+            done=submit,
+            stopped=stopped,
+            usage=usage.source,
+            notes=f"{cfg.name}: {ended}" + (", submitted" if submit else ""),
+        )
 
 
 @register("cli")

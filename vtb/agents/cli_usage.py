@@ -172,5 +172,9 @@ BYTES_PER_TOKEN = 4  # a rough mean for English and code; an estimate is marked 
 def estimate_from_bytes(bytes_up: int, bytes_down: int, errors: list[str] = ()) -> Usage:
     """Tokens guessed from the traffic the proxy counted. TLS, HTTP and JSON framing count too,
     so it errs high; the record marks it `estimated`."""
-    return Usage(prompt=bytes_up // BYTES_PER_TOKEN, completion=bytes_down // BYTES_PER_TOKEN, source="estimated",
-                 errors=list(errors))  # fmt: skip
+    return Usage(
+        prompt=bytes_up // BYTES_PER_TOKEN,
+        completion=bytes_down // BYTES_PER_TOKEN,
+        source="estimated",
+        errors=list(errors),
+    )

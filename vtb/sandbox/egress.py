@@ -192,13 +192,33 @@ class EgressProxy:
                 host, port = url.hostname, url.port or 80
                 path = (url.path or "/") + (f"?{url.query}" if url.query else "")
         except ValueError:
-            self._record(time=started, method=lines[0][:60], host=None, port=None, path=None, requests=None,
-                         allowed=False, status="bad-request", bytes_up=0, bytes_down=0)  # fmt: skip
-            _reply(client, 400, "the egress proxy takes CONNECT host:port, an absolute http:// URL, "
-                                "or a path with one Host header")  # fmt: skip
+            self._record(
+                time=started,
+                method=lines[0][:60],
+                host=None,
+                port=None,
+                path=None,
+                requests=None,
+                allowed=False,
+                status="bad-request",
+                bytes_up=0,
+                bytes_down=0,
+            )
+            _reply(
+                client,
+                400,
+                "the egress proxy takes CONNECT host:port, an absolute http:// URL, "
+                "or a path with one Host header",
+            )
             return
-        entry = {"time": started, "method": method, "host": host, "port": port,
-                 "path": path[:MAX_LOGGED_PATH] if path else None, "requests": None if method == "CONNECT" else 1}  # fmt: skip
+        entry = {
+            "time": started,
+            "method": method,
+            "host": host,
+            "port": port,
+            "path": path[:MAX_LOGGED_PATH] if path else None,
+            "requests": None if method == "CONNECT" else 1,
+        }
         if not allowed(self.rules, host, port):
             self._record(**entry, allowed=False, status="refused", bytes_up=0, bytes_down=0)
             _reply(client, 403, f"egress to {host}:{port} is not in the allowlist (agent.allow_hosts)")
@@ -221,8 +241,12 @@ class EgressProxy:
                 upstream.sendall(first)
             up, down = _pipe(client, upstream)
         with self._lock:  # the byte counts once the connection has ended
-            logged.update(status="done", bytes_up=up + len(first), bytes_down=down,
-                          seconds=round(time.time() - started, 3))  # fmt: skip
+            logged.update(
+                status="done",
+                bytes_up=up + len(first),
+                bytes_down=down,
+                seconds=round(time.time() - started, 3),
+            )
 
     def _inside_tunnel(
         self, client: socket.socket, upstream: socket.socket, rest: bytes, logged: dict
@@ -326,8 +350,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--socket", help="the orchestrator's proxy socket (no network without it)")
     parser.add_argument("--port", type=int, default=BRIDGE_PORT)
-    parser.add_argument("--forward", type=int, action="append", default=[],
-                        help="also relay the sandbox's 127.0.0.1:PORT to the proxy (an endpoint on the host's loopback)")  # fmt: skip
+    parser.add_argument(
+        "--forward",
+        type=int,
+        action="append",
+        default=[],
+        help="also relay the sandbox's 127.0.0.1:PORT to the proxy (an endpoint on the host's loopback)",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -343,8 +372,9 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             threading.Thread(target=_bridge, args=(listener, args.socket), daemon=True).start()
         env.update(proxy_env(args.port))
-    child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, env=env)  # fmt: skip
+    child = subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
     lock = threading.Lock()
     relays = [
         threading.Thread(target=_relay, args=(s, t, lock))
