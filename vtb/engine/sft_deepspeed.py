@@ -26,7 +26,7 @@ MASTER_PORT = 29500  # the sandbox has its own loopback, so a fixed port cannot 
 
 def ds_config(cfg: dict, world: int) -> dict:
     """The DeepSpeed JSON config for a resolved trainer config on `world` ranks."""
-    from vtb.engine.sft import CLIP_NORM
+    from vtb.engine.sft_core import CLIP_NORM
 
     ds = cfg["deepspeed"]
     micro = max(1, cfg["batch_size"] // world)
@@ -65,7 +65,7 @@ def train_deepspeed(
     """Train on this rank; rank 0 saves and returns the summary, the others return None."""
     import deepspeed
 
-    from vtb.engine.sft import Tally, _save, add_lora, completion_loss
+    from vtb.engine.sft_core import Tally, add_lora, completion_loss, save_checkpoint
     from vtb.engine.sft_data import batch_tensors, encode_rows, epoch_order, load_rows
     from vtb.models.meta import count_params
 
@@ -136,7 +136,7 @@ def train_deepspeed(
             "rows": len(examples), "n_params": n_params, "seed": cfg["seed"],
             "wall_seconds": round(time.time() - started, 3), "config": cfg,
         }  # fmt: skip
-        _save(plain, tokenizer, base_dir, out_dir, summary)
+        save_checkpoint(plain, tokenizer, base_dir, out_dir, summary)
     torch.distributed.barrier()
     return summary
 
