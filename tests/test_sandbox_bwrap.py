@@ -1,4 +1,5 @@
-"""The bubblewrap backend's own parts: preflight, mounts, output capture, metering, overhead.
+"""The bubblewrap backend's own parts: preflight, mounts, output capture, metering (its
+per-call overhead is a benchmark, not a test: scripts/bench_sandbox.py).
 
 The isolation guarantees themselves are in test_sandbox_isolation.py (shared by all backends).
 """
@@ -7,12 +8,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -164,26 +163,6 @@ def test_launch_failure_is_a_start_error(monkeypatch, tmp_path):
     with pytest.raises(SandboxStartError):
         sandbox.start(["true"], mounts=runtime_mounts(), limits=LIMITS)
     assert list(tmp_path.iterdir()) == []
-
-
-@needs_bwrap
-def test_startup_overhead_beyond_bwrap_is_small(tmp_path):
-    sandbox = make_sandbox("bwrap")
-    mounts = runtime_mounts()
-    bare = sandbox.command(["true"], mounts, "/", tmp_path)
-    env = sandbox.env(LIMITS, None)
-
-    def median(fn) -> float:
-        times = []
-        for _ in range(7):
-            t = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t)
-        return statistics.median(times)
-
-    floor = median(lambda: subprocess.run(bare, env=env, check=True))
-    ours = median(lambda: sandbox.run(["true"], mounts=mounts, limits=LIMITS))
-    assert ours - floor < 0.1, (ours, floor)
 
 
 @needs_bwrap
