@@ -1,15 +1,22 @@
 """Sandboxes for untrusted code (research-agent commands, agent-written trainers and harnesses).
 
-`make_sandbox` picks a backend by name; every backend implements `base.Sandbox` and must pass
-the same isolation tests (tests/test_sandbox_isolation.py).
+`make_sandbox` picks a backend by name from `BACKENDS` (name -> the module and class that
+implement `base.Sandbox`, imported only when asked for: the docker SDK stays unloaded for bwrap,
+and nothing here imports a backend inside a sandbox). A new backend is one module plus one
+entry; every backend must pass the same isolation tests (tests/test_sandbox_isolation.py).
 """
 
 from __future__ import annotations
 
+import importlib
+
 from vtb.sandbox.base import USAGE_FILE, Limits, Mount, Sandbox, SandboxProcess, SandboxResult
 from vtb.sandbox.runtime import runtime_mounts
 
-BACKENDS = ("bwrap", "docker")
+BACKENDS: dict[str, str] = {
+    "bwrap": "vtb.sandbox.bwrap:BwrapSandbox",
+    "docker": "vtb.sandbox.docker:DockerSandbox",
+}
 
 __all__ = [
     "BACKENDS",
@@ -26,12 +33,7 @@ __all__ = [
 
 def make_sandbox(name: str, **kwargs) -> Sandbox:
     """A sandbox backend by name; kwargs go to its constructor (threads=2, gpus=; docker: image=)."""
-    if name == "bwrap":
-        from vtb.sandbox.bwrap import BwrapSandbox
-
-        return BwrapSandbox(**kwargs)
-    if name == "docker":
-        from vtb.sandbox.docker import DockerSandbox
-
-        return DockerSandbox(**kwargs)
-    raise ValueError(f"unknown sandbox backend {name!r}; known backends: {', '.join(BACKENDS)}")
+    if name not in BACKENDS:
+        raise ValueError(f"unknown sandbox backend {name!r}; known backends: {', '.join(BACKENDS)}")
+    module, cls = BACKENDS[name].split(":")
+    return getattr(importlib.import_module(module), cls)(**kwargs)
