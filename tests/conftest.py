@@ -191,28 +191,49 @@ def toy_model_dir(tmp_path_factory):
                            n_layer=2, n_embd=64, n_head=2, n_positions=128)  # fmt: skip
 
 
+def bare_research_env(tmp_path, backend: str, trainer: dict | None = None, limits: tuple = (60, 60)):
+    """(SandboxResearchEnv, workspace) on a bare workspace: trainer/config.json (`trainer`, default
+    {}), a one-line harness and its config, empty /data and /base; limits = (wall s, CPU s)."""
+    from vtb.agents import Feedback
+    from vtb.research import SandboxResearchEnv
+    from vtb.runner import research_mounts
+    from vtb.sandbox.base import Limits
+
+    ws, data, base = tmp_path / "ws", tmp_path / "data", tmp_path / "base"
+    for d in (ws / "data", ws / "trainer", ws / "harness", data / "research", base):
+        d.mkdir(parents=True)
+    (ws / "trainer" / "config.json").write_text(json.dumps(trainer or {}, indent=2))
+    (ws / "harness" / "harness.py").write_text("# harness\n")
+    (ws / "harness" / "config.json").write_text("{}\n")
+    wall, cpu = limits
+    env = SandboxResearchEnv(
+        ws,
+        tmp_path / "store",
+        Feedback("math", 1, 2, 0),
+        sandbox_backend(backend),
+        research_mounts(ws, data, base),
+        Limits(wall_seconds=wall, cpu_seconds=cpu),
+    )
+    return env, ws
+
+
 def cli_turn_env(tmp_path, backend: str, script_text: str, **agent: object):
     """(AgentConfig, SandboxResearchEnv) for one CLI-agent turn of a test script on a bare workspace.
 
     The script is written to tmp_path/cli/hostile-cli and mounted read-only; `agent` adds
     AgentConfig fields (usage, prices, ...).
     """
-    from vtb.agents import Feedback
     from vtb.config import AgentConfig
-    from vtb.research import SandboxResearchEnv
-    from vtb.runner import research_mounts
-    from vtb.sandbox.base import Limits
 
     script = tmp_path / "cli" / "hostile-cli"
     script.parent.mkdir()
     script.write_text(script_text)
     script.chmod(0o755)
-    cfg = AgentConfig(name="hostile", factory="cli", command=f"{script} {{prompt_file}}",
-                      mounts=[str(script.parent)], **agent)  # fmt: skip
-    ws, data, base = tmp_path / "ws", tmp_path / "data", tmp_path / "base"
-    for d in (ws / "data", ws / "trainer", ws / "harness", data / "research", base):
-        d.mkdir(parents=True)
-    (ws / "trainer" / "config.json").write_text("{}")
-    env = SandboxResearchEnv(ws, tmp_path / "store", Feedback("math", 1, 2, 0), sandbox_backend(backend),
-                             research_mounts(ws, data, base), Limits(wall_seconds=60, cpu_seconds=60))  # fmt: skip
-    return cfg, env
+    cfg = AgentConfig(
+        name="hostile",
+        factory="cli",
+        command=f"{script} {{prompt_file}}",
+        mounts=[str(script.parent)],
+        **agent,
+    )
+    return cfg, bare_research_env(tmp_path, backend)[0]

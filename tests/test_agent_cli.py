@@ -11,15 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BACKENDS, needs_bwrap, sandbox_backend
-from vtb.agents import Feedback, make_agent
+from tests.conftest import BACKENDS, bare_research_env, needs_bwrap
+from vtb.agents import make_agent
 from vtb.agents.cli import fill
 from vtb.agents.cli_usage import parse_usage
 from vtb.config import AgentConfig
-from vtb.research import SandboxResearchEnv, redact, scrub_workspace, secret_values
-from vtb.runner import research_mounts
-from vtb.sandbox import make_sandbox
-from vtb.sandbox.base import Limits
+from vtb.research import redact, scrub_workspace, secret_values
 from vtb.sandbox.egress import EgressProxy, allowed, parse_allow
 
 KEY = "sk-cli-fedcba9876543210"
@@ -188,18 +185,7 @@ def test_cli_turn_through_the_proxy(tmp_path, web, monkeypatch, backend) -> None
         mounts=[str(script.parent)],
         usage="claude",
     )
-    ws, data, base = tmp_path / "ws", tmp_path / "data", tmp_path / "base"
-    for d in (ws / "data", ws / "trainer", ws / "harness", data / "research", base):
-        d.mkdir(parents=True)
-    (ws / "trainer" / "config.json").write_text('{"epochs": 2}')
-    env = SandboxResearchEnv(
-        ws,
-        tmp_path / "store",
-        Feedback("math", 1, 2, 0),
-        sandbox_backend(backend),
-        research_mounts(ws, data, base),
-        Limits(wall_seconds=60, cpu_seconds=60),
-    )
+    env, ws = bare_research_env(tmp_path, backend, {"epochs": 2})
     result = make_agent(cfg).turn(env)
 
     assert result.done is True and result.notes == "fake: exited 0, submitted"
@@ -232,18 +218,7 @@ def test_cli_without_allowlist_has_no_network(tmp_path, web, monkeypatch) -> Non
     cfg = AgentConfig(
         name="cli", command=f"{script} {{prompt_file}}", env=["VTB_CLI_KEY"], mounts=[str(script.parent)]
     )
-    ws, data, base = tmp_path / "ws", tmp_path / "data", tmp_path / "base"
-    for d in (ws / "data", ws / "trainer", data / "research", base):
-        d.mkdir(parents=True)
-    (ws / "trainer" / "config.json").write_text("{}")
-    env = SandboxResearchEnv(
-        ws,
-        tmp_path / "store",
-        Feedback("math", 1, 2, 0),
-        make_sandbox("bwrap"),
-        research_mounts(ws, data, base),
-        Limits(wall_seconds=60, cpu_seconds=60),
-    )
+    env, _ = bare_research_env(tmp_path, "bwrap")
     make_agent(cfg).turn(env)
     (run,) = [e for e in env.log if "agent_command" in e]
     lines = [line["line"] for line in run["output"]]

@@ -19,13 +19,11 @@ from pathlib import Path
 import pytest
 
 from tests.api_server import ApiServer, Step, edit_block
-from tests.conftest import BACKENDS, sandbox_backend, small_config
-from vtb.agents import Feedback, make_agent
+from tests.conftest import BACKENDS, bare_research_env, small_config
+from vtb.agents import make_agent
 from vtb.agents.cli import agents_dir
 from vtb.record import md_text
 from vtb.research import SandboxResearchEnv
-from vtb.runner import research_mounts
-from vtb.sandbox.base import Limits
 
 EDIT = (
     "python3 -c \"import json; p='trainer/config.json'; c=json.load(open(p)); c['epochs']=3; "
@@ -83,22 +81,7 @@ def check_calls(server: ApiServer, name: str, egress: list[dict]) -> None:
 
 
 def _bare_env(tmp_path: Path, backend: str) -> tuple[SandboxResearchEnv, Path]:
-    """A research env on a workspace holding the files aider is told to edit."""
-    ws, data, base = tmp_path / "ws", tmp_path / "data", tmp_path / "base"
-    for d in (ws / "data", ws / "trainer", ws / "harness", data / "research", base):
-        d.mkdir(parents=True)
-    (ws / "trainer" / "config.json").write_text(json.dumps({"lr": 0.001, "epochs": 1}, indent=2))
-    (ws / "harness" / "harness.py").write_text("# harness\n")
-    (ws / "harness" / "config.json").write_text("{}\n")
-    env = SandboxResearchEnv(
-        ws,
-        tmp_path / "store",
-        Feedback("math", 1, 2, 0),
-        sandbox_backend(backend),
-        research_mounts(ws, data, base),
-        Limits(wall_seconds=150, cpu_seconds=300),
-    )
-    return env, ws
+    return bare_research_env(tmp_path, backend, {"lr": 0.001, "epochs": 1}, limits=(150, 300))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
