@@ -180,7 +180,7 @@ def test_cli_turn_through_the_proxy(tmp_path, web, monkeypatch, backend) -> None
         name="fake",
         factory="cli",
         command=f"{script} {{prompt_file}}",
-        allow_hosts=[f"127.0.0.1:{a_port}"],
+        allow_hosts=[f"127.0.0.1:{a_port}", f"localhost:{a_port}"],
         env=["VTB_CLI_KEY"],
         mounts=[str(script.parent)],
         usage="claude",
@@ -257,6 +257,7 @@ import socket, sys, urllib.request
 a, o = {a}, {o}
 opener = urllib.request.build_opener(urllib.request.ProxyHandler({{}}))  # no proxy: straight to 127.0.0.1
 print("direct", opener.open(f"http://127.0.0.1:{{a}}/direct", timeout=10).status, flush=True)
+print("localhost", opener.open(f"http://localhost:{{a}}/localhost", timeout=10).status, flush=True)
 for name, raw in (("spoofed-host", f"GET /spoof HTTP/1.1\\r\\nHost: 127.0.0.1:{{o}}\\r\\n\\r\\n"),
                   ("absolute-url", f"GET http://127.0.0.1:{{o}}/abs HTTP/1.1\\r\\n\\r\\n"),
                   ("connect", f"CONNECT 127.0.0.1:{{o}} HTTP/1.1\\r\\n\\r\\n")):
@@ -283,21 +284,25 @@ def test_a_forwarded_loopback_port_reaches_only_its_allowlisted_target(tmp_path,
     allowed_srv, other = web
     a_port, o_port = allowed_srv.server_address[1], other.server_address[1]
     cfg, env = cli_turn_env(
-        tmp_path, backend, FORWARD_ATTACK.format(a=a_port, o=o_port), allow_hosts=[f"127.0.0.1:{a_port}"]
+        tmp_path,
+        backend,
+        FORWARD_ATTACK.format(a=a_port, o=o_port),
+        allow_hosts=[f"127.0.0.1:{a_port}", f"localhost:{a_port}"],
     )
     make_agent(cfg).turn(env)
     (run,) = [e for e in env.log if "agent_command" in e]
     said = [line["line"] for line in run["output"] if line["stream"] == "stdout"]
     assert said == [
         "direct 200",
+        "localhost 200",
         "spoofed-host HTTP/1.1 403 Forbidden",
         "absolute-url HTTP/1.1 403 Forbidden",
         "connect HTTP/1.1 403 Forbidden",
         "other-port refused",
         "install read-only",
     ], run["output"]
-    assert allowed_srv.hits == ["/direct"] and other.hits == []
-    assert [(e["port"], e["allowed"]) for e in env.egress] == [(a_port, True)] + [(o_port, False)] * 3
+    assert allowed_srv.hits == ["/direct", "/localhost"] and other.hits == []
+    assert [(e["port"], e["allowed"]) for e in env.egress] == [(a_port, True)] * 2 + [(o_port, False)] * 3
 
 
 def test_check_cli_resolves_the_binary_the_sandbox_will_run(tmp_path, monkeypatch) -> None:

@@ -364,11 +364,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("no command given")
     env = dict(os.environ)
     if args.socket:
-        for port in [args.port, *args.forward]:
+        # A forwarded port listens on ::1 too where the sandbox has it: `localhost` may resolve there.
+        addresses = [("127.0.0.1", args.port)] + [(a, p) for p in args.forward for a in ("127.0.0.1", "::1")]
+        for address in addresses:
             try:
-                listener = socket.create_server(("127.0.0.1", port))
-            except OSError as e:  # a forwarded port below 1024 without the right: the rest still works
-                print(f"egress bridge: cannot listen on 127.0.0.1:{port}: {e}", file=sys.stderr, flush=True)
+                listener = socket.create_server(
+                    address, family=socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+                )
+            except OSError as e:  # no IPv6, or a port below 1024 without the right: the rest still works
+                if address[0] == "127.0.0.1":
+                    print(f"egress bridge: cannot listen on {address}: {e}", file=sys.stderr, flush=True)
                 continue
             threading.Thread(target=_bridge, args=(listener, args.socket), daemon=True).start()
         env.update(proxy_env(args.port))
