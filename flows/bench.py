@@ -10,33 +10,27 @@ tests call directly. Each bench is one Prefect flow run.
 from __future__ import annotations
 
 import hashlib
-import os
+import tempfile
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
 
-os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-os.environ.setdefault("DO_NOT_TRACK", "1")
+import hydra
+from omegaconf import DictConfig, OmegaConf
+from prefect import flow
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from dataclasses import asdict, replace  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import hydra  # noqa: E402
-from omegaconf import DictConfig, OmegaConf  # noqa: E402
-from prefect import flow  # noqa: E402
-from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
-
-from steps import agent_turn_step, bind, play_step, provision_data_step, provision_model_step, train_step  # noqa: E402
-from steps.blind import null_model as build_null_model  # noqa: E402
-from steps.blind import secret_of, stage_path  # noqa: E402
-from vtb import pipeline, record  # noqa: E402
-from vtb.agents import Feedback, make_agent  # noqa: E402
-from vtb.agents.prompt import template_digest  # noqa: E402
-from vtb.config import BenchConfig, ModelConfig  # noqa: E402
-from vtb.engine.select import engine_env  # noqa: E402
-from vtb.hashing import code_version, hash_json  # noqa: E402
-from vtb.ledger import Charge, FlopsFloor, Ledger, StepLimits, check_budget  # noqa: E402
-from vtb.workspace import part_hashes, restore  # noqa: E402
+from steps import agent_turn_step, bind, play_step, provision_data_step, provision_model_step, train_step
+from steps.blind import null_model as build_null_model
+from steps.blind import secret_of, stage_path
+from vtb import pipeline, record
+from vtb.agents import Feedback, make_agent
+from vtb.agents.prompt import template_digest
+from vtb.config import BenchConfig, ModelConfig
+from vtb.engine.select import engine_env
+from vtb.hashing import code_version, hash_json
+from vtb.ledger import Charge, FlopsFloor, Ledger, StepLimits, check_budget
+from vtb.workspace import part_hashes, restore
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 

@@ -12,28 +12,22 @@ the Prefect deployment in prefect.yaml (scripts/deploy.sh).
 
 from __future__ import annotations
 
-import os
+import contextvars
+import queue
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
-os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-os.environ.setdefault("DO_NOT_TRACK", "1")
+import hydra
+from omegaconf import DictConfig, OmegaConf
+from prefect import flow
+from prefect.artifacts import create_markdown_artifact
 
-import contextvars  # noqa: E402
-import queue  # noqa: E402
-from collections.abc import Callable, Sequence  # noqa: E402
-from concurrent.futures import ThreadPoolExecutor  # noqa: E402
-from dataclasses import dataclass, field, replace  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import hydra  # noqa: E402
-from omegaconf import DictConfig, OmegaConf  # noqa: E402
-from prefect import flow  # noqa: E402
-from prefect.artifacts import create_markdown_artifact  # noqa: E402
-
-from flows.bench import CONF_DIR, bench_flow, default_run_id, preflight, to_config  # noqa: E402
-from vtb import leaderboard  # noqa: E402
-from vtb.config import BenchConfig  # noqa: E402
-from vtb.record import md_text  # noqa: E402
+from flows.bench import CONF_DIR, bench_flow, default_run_id, preflight, to_config
+from vtb import leaderboard
+from vtb.config import BenchConfig
+from vtb.record import md_text
 
 
 @dataclass
