@@ -12,7 +12,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")  # a test server on a busy CI machine
+os.environ.setdefault(
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120"
+)  # a test server on a busy CI machine
 import flows  # noqa: E402, F401  (the other Prefect process defaults: flows/__init__.py)
 from vtb.config import BenchConfig  # noqa: E402
 

@@ -28,3 +28,23 @@ def test_a_generator_change_serves_new_splits_not_the_cached_ones(tmp_path, monk
     assert second["data_dir"] != first["data_dir"]
     assert second["hashes"]["pool"] != first["hashes"]["pool"]
     assert pipeline.data_key(task) != "" and second["data_dir"].endswith(pipeline.data_key(task)[:16])
+
+
+def test_domains_come_from_a_registry() -> None:
+    """A domain registers itself by name; `get_domain` imports `vtb/domains/<name>/domain.py` to
+    find a built-in one, and names the known ones for a wrong name."""
+    import pytest
+
+    from vtb.domains import registry
+
+    @registry.register_domain("throwaway")
+    class Throwaway:
+        name = "throwaway"
+
+    try:
+        assert isinstance(registry.get_domain("throwaway"), Throwaway)
+        assert type(registry.get_domain("swe")).__name__ == "SweDomain"
+        with pytest.raises(ValueError, match="unknown task 'no-such'.*math.*throwaway"):
+            registry.get_domain("no-such")
+    finally:
+        registry._REGISTRY.pop("throwaway")

@@ -35,7 +35,10 @@ MASKED_DIRS = ("/etc/ssh", "/etc/ssl/private")
 # (containers/*.Dockerfile copy the same list, staged by scripts/build_images.sh). A folder is
 # mounted whole; everything not listed (vtb/config.py, runner, pipeline, the domains'
 # generators, graders, loaders, environments) does not exist inside.
-DOMAINS = ("math", "tau", "terminal", "swe")
+# Every domain folder with a kit/ (vtb/domains/<d>/kit): a new domain's kit is mounted with no list to edit.
+DOMAINS = tuple(
+    sorted(p.parent.name for p in (Path(vtb.__file__).resolve().parent / "domains").glob("*/kit"))
+)
 SANDBOX_CODE: tuple[str, ...] = (
     "__init__.py",
     "protocol.py",  # the harness protocol

@@ -17,6 +17,7 @@ from vtb.domains import salt
 from vtb.domains.math import generator, loaders
 from vtb.domains.math.env import MathEnv, MathEpisode
 from vtb.domains.math.kit import datatools
+from vtb.domains.registry import register_domain
 
 HARNESSES = Path(__file__).parent / "kit" / "harnesses"
 
@@ -47,6 +48,7 @@ def _real_splits(task: TaskConfig) -> dict[str, list[dict]]:
     return {"test": test, "val": val, "pool": pool}
 
 
+@register_domain("math")
 class MathDomain:
     name = "math"
     env = MathEnv()

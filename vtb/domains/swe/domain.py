@@ -16,6 +16,7 @@ from pathlib import Path
 
 from vtb.config import TaskConfig
 from vtb.domains import common, salt
+from vtb.domains.registry import register_domain
 from vtb.domains.swe import generator, grading
 from vtb.domains.swe.env import SweEpisode
 from vtb.domains.swe.kit import datatools, prompting
@@ -38,6 +39,7 @@ WORKSPACE_README = """# Workspace of the agent system (swe: fix a bug in a small
 """
 
 
+@register_domain("swe")
 class SweDomain(common.RowSystems):
     name = "swe"
     # Systems (common.RowSystems): the initial one has a few rows, some with wrong edits, the

@@ -16,6 +16,7 @@ from vtb.config import TaskConfig, TrainerConfig
 from vtb.domains import common, salt
 from vtb.domains.kit.jsonl import read_jsonl, write_jsonl
 from vtb.domains.math.domain import trainer_dict
+from vtb.domains.registry import register_domain
 from vtb.domains.tau import db as dbgen
 from vtb.domains.tau import demos as demotools
 from vtb.domains.tau import tasks, tools, user
@@ -50,6 +51,7 @@ WORKSPACE_README = """# Workspace of the agent system (tau: retail customer serv
 """
 
 
+@register_domain("tau")
 class TauDomain:
     name = "tau"
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from vtb.config import TaskConfig
 from vtb.domains import common, salt
+from vtb.domains.registry import register_domain
 from vtb.domains.terminal import generator, taskdir
 from vtb.domains.terminal.env import TerminalEpisode, pass_at_k
 from vtb.domains.terminal.kit import datatools
@@ -37,6 +38,7 @@ WORKSPACE_README = """# Workspace of the agent system (terminal: shell tasks, gr
 """
 
 
+@register_domain("terminal")
 class TerminalDomain(common.RowSystems):
     name = "terminal"
     # Systems (common.RowSystems): the initial one has a few rows, some with wrong commands, the
