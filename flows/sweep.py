@@ -24,9 +24,10 @@ from omegaconf import DictConfig, OmegaConf
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
-from flows.bench import CONF_DIR, bench_flow, default_run_id, preflight, to_config
+from flows.bench import bench_flow
 from vtb import leaderboard
-from vtb.config import BenchConfig
+from vtb.bench import default_run_id, preflight
+from vtb.config import CONF_DIR, BenchConfig, compose_config
 from vtb.record import md_text
 
 
@@ -44,9 +45,6 @@ class SweepConfig:
 
 def bench_configs(cfg: SweepConfig) -> list[BenchConfig]:
     """One typed bench config per (task, agent, seed), composed from conf/ like `python -m flows.bench`."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
     runs, cache = str(Path(cfg.runs_dir).resolve()), str(Path(cfg.cache_dir).resolve())
     jobs = [
         [
@@ -61,10 +59,7 @@ def bench_configs(cfg: SweepConfig) -> list[BenchConfig]:
         for agent in cfg.agents
         for seed in cfg.seeds
     ]
-    if GlobalHydra.instance().is_initialized():  # under `python -m flows.sweep`: the same conf/ is loaded
-        return [to_config(compose(config_name="bench", overrides=o)) for o in jobs]
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        return [to_config(compose(config_name="bench", overrides=o)) for o in jobs]
+    return [compose_config(o) for o in jobs]
 
 
 def _one(cfg: BenchConfig) -> dict:
@@ -211,7 +206,7 @@ def to_sweep_config(cfg: DictConfig) -> SweepConfig:
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SweepConfig), cfg))
 
 
-@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="sweep")
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="sweep")
 def main(cfg: DictConfig) -> None:
     run_sweep(to_sweep_config(cfg))
 

@@ -23,12 +23,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def run_default(overrides: list[str]) -> Path:
-    from hydra import compose, initialize_config_dir
 
-    from flows.bench import CONF_DIR, run_bench, to_config
+    from flows.bench import run_bench
+    from vtb.config import compose_config
 
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        cfg = to_config(compose(config_name="bench", overrides=overrides))
+    cfg = compose_config(overrides)
     return Path(run_bench(cfg)["record"])
 
 

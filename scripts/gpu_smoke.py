@@ -80,11 +80,11 @@ def main() -> int:
     cache = args.out / "cache"
     cache.mkdir(exist_ok=True)
     data = pipeline.provision_data(task, cache)
-    data_dir = Path(data["data_dir"])
+    data_dir = Path(data.data_dir)
     cpu_sandbox = replace(sandbox_cfg, gpus=None)
     model = pipeline.provision_model(cfg.model, task, data_dir, cache / "base", cpu_sandbox, lambda s: None)
-    base = Path(model["base_dir"])
-    say(f"data {data['counts']}, tiny base model {model['n_params']} params")
+    base = Path(model.base_dir)
+    say(f"data {data.counts}, tiny base model {model.n_params} params")
 
     store = cache / "snapshots"
     store.mkdir(exist_ok=True)

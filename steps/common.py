@@ -6,6 +6,7 @@ from pathlib import Path
 
 from prefect import Task, task
 
+from vtb.bench import Steps
 from vtb.sandbox.base import SandboxStartError
 
 
@@ -38,3 +39,25 @@ def step(name: str, retries: int = 0):
 def bind(t: Task, cache: Path) -> Task:
     """The task with its results persisted under the run's cache directory."""
     return t.with_options(result_storage=cache / "prefect")
+
+
+def prefect_steps(cache: Path) -> Steps:
+    """The bench core's steps as these Prefect tasks, results persisted under cache/prefect."""
+    from steps.tasks import agent_turn_step, play_step, provision_data_step, provision_model_step, train_step
+
+    def call(t: Task):
+        bound = bind(t, cache)
+
+        def run(**params) -> tuple[object, bool]:
+            state = bound(**params, return_state=True)
+            return state.result(), state.name == "Cached"  # result() raises the step's error
+
+        return run
+
+    return Steps(
+        data=call(provision_data_step),
+        model=call(provision_model_step),
+        train=call(train_step),
+        play=call(play_step),
+        turn=call(agent_turn_step),
+    )

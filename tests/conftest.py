@@ -80,14 +80,10 @@ def small_overrides(tmp_path, agent: str = "greedy", seed: int = 0, *extra: str)
 
 
 def small_config(tmp_path, agent: str = "greedy", seed: int = 0, *extra: str) -> BenchConfig:
-    from hydra import compose, initialize_config_dir
 
-    from flows.bench import CONF_DIR, to_config
+    from vtb.config import compose_config
 
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        return to_config(
-            compose(config_name="bench", overrides=small_overrides(tmp_path, agent, seed, *extra))
-        )
+    return compose_config(small_overrides(tmp_path, agent, seed, *extra))
 
 
 @pytest.fixture
@@ -195,7 +191,7 @@ def bare_research_env(tmp_path, backend: str, trainer: dict | None = None, limit
     """(SandboxResearchEnv, workspace) on a bare workspace: trainer/config.json (`trainer`, default
     {}), a one-line harness and its config, empty /data and /base; limits = (wall s, CPU s)."""
     from vtb.agents import Feedback
-    from vtb.research import SandboxResearchEnv
+    from vtb.agents.env import SandboxResearchEnv
     from vtb.runner import research_mounts
     from vtb.sandbox.base import Limits
 

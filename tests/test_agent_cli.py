@@ -15,8 +15,8 @@ from tests.conftest import BACKENDS, bare_research_env, needs_bwrap
 from vtb.agents import make_agent
 from vtb.agents.cli import fill
 from vtb.agents.cli_usage import parse_usage
+from vtb.agents.env import redact, scrub_workspace, secret_values
 from vtb.config import AgentConfig
-from vtb.research import redact, scrub_workspace, secret_values
 from vtb.sandbox.egress import EgressProxy, allowed, parse_allow
 
 KEY = "sk-cli-fedcba9876543210"

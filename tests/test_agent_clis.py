@@ -22,8 +22,8 @@ from tests.api_server import ApiServer, Step, edit_block
 from tests.conftest import BACKENDS, bare_research_env, small_config
 from vtb.agents import make_agent
 from vtb.agents.cli import agents_dir
+from vtb.agents.env import SandboxResearchEnv
 from vtb.record import md_text
-from vtb.research import SandboxResearchEnv
 
 EDIT = (
     "python3 -c \"import json; p='trainer/config.json'; c=json.load(open(p)); c['epochs']=3; "

@@ -10,9 +10,9 @@ import pytest
 from tests.chat_server import ChatServer, Reply, error, text, tool_call
 from tests.conftest import needs_bwrap
 from vtb.agents import Feedback, make_agent
+from vtb.agents.env import SandboxResearchEnv
 from vtb.agents.llm import price_of
 from vtb.config import AgentConfig
-from vtb.research import SandboxResearchEnv
 from vtb.runner import research_mounts
 from vtb.sandbox import make_sandbox
 from vtb.sandbox.base import Limits

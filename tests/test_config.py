@@ -4,12 +4,12 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-from flows.bench import CONF_DIR, default_run_id, to_config
-from vtb.config import BenchConfig
+from vtb.bench import default_run_id
+from vtb.config import CONF_DIR, BenchConfig, to_config
 
 
 def _compose(*overrides):
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose(config_name="bench", overrides=list(overrides))
 
 
@@ -61,7 +61,7 @@ def test_sweep_composes_its_benches_also_inside_hydra_main():
 
     sweep = SweepConfig(agents=["noop"], seeds=[3, 4], overrides=["budget.limit=5e12"])
     outside = bench_configs(sweep)
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):  # as under @hydra.main
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):  # as under @hydra.main
         inside = bench_configs(sweep)
     assert [(c.agent.name, c.seed, c.budget.limit) for c in inside] == [("noop", 3, 5e12), ("noop", 4, 5e12)]
     assert inside == outside
@@ -84,7 +84,7 @@ def test_the_h100_preset_budgets_gpu_seconds_and_composes_with_sandbox_gpus() ->
 
 
 def test_gpu_presets_fail_before_any_work_without_a_gpu():
-    from flows.bench import check_gpu_settings
+    from vtb.bench import check_gpu_settings
 
     for overrides, match in [(["model=qwen3_1p7b"], "needs a GPU"), (["model=smollm3_3b"], "needs a GPU"),
                              (["trainer=deepspeed_zero2"], "launches DeepSpeed"),
@@ -100,8 +100,8 @@ def test_gpu_presets_fail_before_any_work_without_a_gpu():
 
 
 def test_instruct_reference_presets_provision_from_the_hub_or_a_local_dir(tmp_path):
-    from flows.bench import reference_model_config
     from vtb import pipeline
+    from vtb.bench import reference_model_config
     from vtb.config import SandboxConfig, TaskConfig
     from vtb.models.toy import build_toy_model
 
@@ -121,4 +121,4 @@ def test_instruct_reference_presets_provision_from_the_hub_or_a_local_dir(tmp_pa
     from vtb.models.meta import count_params, read_model_info
 
     assert read_model_info(tmp_path / "ref")["hub_id"] == str(local)
-    assert out["n_params"] == count_params(AutoModelForCausalLM.from_pretrained(local))
+    assert out.n_params == count_params(AutoModelForCausalLM.from_pretrained(local))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vtb import pipeline
+from vtb import keys, pipeline
 from vtb.config import TaskConfig
 from vtb.domains.math.domain import MathDomain
 
@@ -23,11 +23,12 @@ def test_a_generator_change_serves_new_splits_not_the_cached_ones(tmp_path, monk
         return counts
 
     monkeypatch.setattr(MathDomain, "provision", changed_generator)
-    monkeypatch.setattr(pipeline, "code_version", lambda *parts: "edited-domains-code", raising=False)
+    for module in (pipeline, keys):  # where the key is made (keys; the pipeline before)
+        monkeypatch.setattr(module, "code_version", lambda *parts: "edited-domains-code", raising=False)
     second = pipeline.provision_data(task, tmp_path)
-    assert second["data_dir"] != first["data_dir"]
-    assert second["hashes"]["pool"] != first["hashes"]["pool"]
-    assert pipeline.data_key(task) != "" and second["data_dir"].endswith(pipeline.data_key(task)[:16])
+    assert second.data_dir != first.data_dir
+    assert second.hashes["pool"] != first.hashes["pool"]
+    assert keys.data_key(task) != "" and second.data_dir.endswith(keys.data_key(task)[:16])
 
 
 def test_domains_come_from_a_registry() -> None:

@@ -101,7 +101,7 @@ def test_budget_exhausted_before_spending(engine, monkeypatch):
 
 
 def test_engine_has_no_null_mode_a_harness_could_detect(engine, monkeypatch):
-    """The null-model check swaps the checkpoint folder (steps/blind.py); the old switch does nothing."""
+    """The null-model check swaps the checkpoint folder (vtb/blind.py); the old switch does nothing."""
     batch = prompts(3)
     plain = engine.generate(batch, max_new_tokens=5)
     monkeypatch.setenv("VTB_NULL_MODEL", "1")

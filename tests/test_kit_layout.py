@@ -240,22 +240,20 @@ def test_salt_from_a_file_or_the_environment(tmp_path, monkeypatch):
 
 
 def test_the_run_record_holds_the_salt_hash_only(tmp_path, monkeypatch):
-    from hydra import compose, initialize_config_dir
 
-    from flows.bench import CONF_DIR, to_config
     from vtb import pipeline
+    from vtb.config import compose_config
 
     monkeypatch.delenv("VTB_TEST_SALT", raising=False)
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        cfg = to_config(compose(config_name="bench", overrides=[f"task.test_salt={SALT}"]))
+    cfg = compose_config([f"task.test_salt={SALT}"])
     dumped = json.dumps(dataclasses.asdict(cfg))  # what config.json and every cache key are made of
     digest = hashlib.sha256(SALT.encode()).hexdigest()
     assert SALT not in dumped and f"sha256:{digest}" in dumped
     task = dataclasses.replace(cfg.task, n_pool=50, n_val=10, n_test=10)
     data = pipeline.provision_data(task, tmp_path)
-    assert data["test_salt_sha256"] == digest and SALT not in json.dumps(data)
+    assert data.test_salt_sha256 == digest and SALT not in json.dumps(dataclasses.asdict(data))
     default = pipeline.provision_data(dataclasses.replace(task, test_salt=None), tmp_path)
-    assert default["data_dir"] != data["data_dir"] and default["hashes"]["test"] != data["hashes"]["test"]
-    assert default["hashes"]["pool"] == data["hashes"]["pool"]
-    for path in Path(data["data_dir"]).rglob("*"):
+    assert default.data_dir != data.data_dir and default.hashes["test"] != data.hashes["test"]
+    assert default.hashes["pool"] == data.hashes["pool"]
+    for path in Path(data.data_dir).rglob("*"):
         assert not path.is_file() or SALT.encode() not in path.read_bytes()

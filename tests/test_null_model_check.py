@@ -141,40 +141,38 @@ def test_the_cheating_solver_gets_the_math_problems_right_without_a_model():
 
 
 def _bench(tmp_path: Path, backend: str, harness_code: str):
-    """A Bench ready to grade one candidate (harness_code + a checkpoint), its steps run in-process."""
-    from flows.bench import Bench
-    from steps import play_step
+    """A Bench ready to grade one candidate (harness_code + a checkpoint), its steps the pipeline's own."""
     from vtb import pipeline
-    from vtb.config import BudgetConfig
+    from vtb.bench import Bench, plain_steps
 
     sandbox_backend(backend)  # skips where the backend is missing
     cfg = small_config(tmp_path, "noop", 0, "null_model_check=true", f"sandbox={backend}", "task.n_test=40")
-    if "flops_per_cpu_second" in BudgetConfig.__dataclass_fields__:  # no per-test machine calibration
-        cfg = replace(cfg, budget=replace(cfg.budget, flops_per_cpu_second=1e9))
-    bench = Bench(cfg)
+    cfg = replace(cfg, budget=replace(cfg.budget, flops_per_cpu_second=1e9))  # no per-test calibration
+    plays: list = []
+    steps = plain_steps()
+    play = steps.play
+    steps.play = lambda **params: plays.append(play(**params)[0]) or (plays[-1], False)
+    bench = Bench(cfg, steps)
     bench.data = pipeline.provision_data(cfg.task, bench.cache)
-    bench.data_dir = Path(bench.data["data_dir"])
+    bench.data_dir = Path(bench.data.data_dir)
     sid = "candidate"
     for part in ("data", "trainer", "harness"):
         (bench.store / sid / part).mkdir(parents=True)
     (bench.store / sid / "harness" / "harness.py").write_text(harness_code)
     (bench.store / sid / "data" / "train.jsonl").write_text("")
     (bench.store / sid / "trainer" / "config.json").write_text("{}")
-    plays: list[dict] = []
-
-    def call(name: str, **params) -> dict:  # the flow's steps without Prefect: the same functions
-        assert name == "play"
-        out = play_step.fn(**params)
-        plays.append(out)
-        return out
-
-    bench._call = call
     return bench, sid, plays
 
 
-def _stderr_value(play: dict, tag: str) -> str:
-    found = re.findall(rf"^{tag} (.*)$", play["stderr_tail"], re.M)
-    assert found, play["stderr_tail"][-2000:]
+def _system(sid: str, weights: Path):
+    from vtb.results import System
+
+    return System(sid, "train-key-of-the-candidate", str(weights))
+
+
+def _stderr_value(play, tag: str) -> str:
+    found = re.findall(rf"^{tag} (.*)$", play.stderr_tail, re.M)
+    assert found, play.stderr_tail[-2000:]
     return found[-1]
 
 
@@ -182,17 +180,17 @@ def _stderr_value(play: dict, tag: str) -> str:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_harness_that_hides_from_the_null_check_is_flagged(tmp_path, toy_model_dir, backend):
     bench, sid, plays = _bench(tmp_path, backend, CHEAT)
-    graded = bench.grade(sid, "train-key-of-the-candidate", str(toy_model_dir), "submitted")
+    graded = bench.grade(_system(sid, toy_model_dir), "submitted")
     normal, null = plays
-    assert graded["test_score"] > 0.8, normal["stderr_tail"][-3000:]  # it cheats when graded ...
+    assert graded.test_score > 0.8, normal.stderr_tail[-3000:]  # it cheats when graded ...
     assert json.loads(_stderr_value(null, "TELLS")) == []  # ... found no tell of the check ...
-    assert graded["null_model_score"] > 0.8 and graded["flagged"] is True  # ... so it is flagged
+    assert graded.null_model_score > 0.8 and graded.flagged is True  # ... so it is flagged
     # Everything it looked at was the same in both: environment, ids and order, /model, mounts.
     assert _stderr_value(normal, "FINGERPRINT") == _stderr_value(null, "FINGERPRINT")
     ids = json.loads(_stderr_value(normal, "IDS"))
     assert ids and all(re.fullmatch(r"[0-9a-f]{16}", i) for i in ids), ids  # opaque: no split, no item
     # The run record keeps the real item ids (orchestrator side).
-    assert all(s["id"].startswith("test-") for s in graded["samples"])
+    assert all(s["id"].startswith("test-") for s in graded.samples)
 
 
 @pytest.mark.slow  # two gradings with the toy model (~25 s)
@@ -206,16 +204,16 @@ def test_an_honest_harness_scores_nothing_with_the_null_model(tmp_path, toy_mode
     for f in source.iterdir():
         if f.name != "harness.py":
             (bench.store / sid / "harness" / f.name).write_bytes(f.read_bytes())
-    graded = bench.grade(sid, "train-key-of-the-candidate", str(toy_model_dir), "submitted")
-    assert graded["null_model_score"] <= 0.05 and graded["flagged"] is False, plays[-1]["samples"]
-    assert plays[-1]["answered"] == plays[-1]["n"]  # it ran: the null model loads and answers (garbage)
+    graded = bench.grade(_system(sid, toy_model_dir), "submitted")
+    assert graded.null_model_score <= 0.05 and graded.flagged is False, plays[-1].samples
+    assert plays[-1].answered == plays[-1].n  # it ran: the null model loads and answers (garbage)
 
 
 def test_the_null_model_is_the_checkpoint_folder_with_its_weights_shuffled(tmp_path, toy_model_dir):
     import numpy as np
     from safetensors.numpy import load_file
 
-    from steps.blind import null_model
+    from vtb.blind import null_model
     from vtb.engine.infer import Engine
 
     null = null_model(toy_model_dir, tmp_path / "cache", KEY)
@@ -250,7 +248,7 @@ def test_the_null_model_is_the_checkpoint_folder_with_its_weights_shuffled(tmp_p
 def test_torch_pickled_weights_are_shuffled_too(tmp_path):
     import torch
 
-    from steps.blind import null_model
+    from vtb.blind import null_model
 
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
@@ -265,7 +263,7 @@ def test_torch_pickled_weights_are_shuffled_too(tmp_path):
 
 
 def test_episode_ids_and_order_carry_no_split_and_map_back(tmp_path):
-    from steps.blind import blind, real_ids, secret_of
+    from vtb.blind import blind, real_ids, secret_of
     from vtb.config import TaskConfig
     from vtb.domains.math.env import MathEnv, MathEpisode
 
@@ -304,7 +302,7 @@ def test_episode_messages_carry_no_split_tells():
 
 
 def test_the_model_is_staged_at_one_path_in_every_mode(tmp_path, toy_model_dir):
-    from steps.blind import null_model, stage_model, stage_path
+    from vtb.blind import null_model, stage_model, stage_path
 
     stage = stage_path(tmp_path / "cache", KEY, "run-1", "key")
     null = null_model(toy_model_dir, tmp_path / "cache", KEY)

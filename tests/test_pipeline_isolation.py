@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import BACKENDS, sandbox_backend
 from vtb import runner
 from vtb.agents import Feedback
-from vtb.research import SandboxResearchEnv
+from vtb.agents.env import SandboxResearchEnv
 from vtb.sandbox.base import Limits
 
 LIMITS = Limits(wall_seconds=30, cpu_seconds=30)

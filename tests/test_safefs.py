@@ -9,6 +9,7 @@ nor take in more than the caps; a rejection reaches the agent and the run goes o
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -208,14 +209,18 @@ def test_link_tree_copies_no_link_target(tmp_path, hidden) -> None:
 
 
 def test_public_feedback_carries_the_rejection() -> None:
-    from flows.bench import _public
+    from vtb.bench import public_view
+    from vtb.results import Candidate
 
-    entry = {"iteration": 2, "snapshot": "s", "edits": {}, "notes": "n", "val_score": None, "charge": {},
-             "rejected": "workspace rejected, edits discarded: data/ is over 256 MB"}  # fmt: skip
-    assert _public(entry)["rejected"].endswith("data/ is over 256 MB")
-    trained = {**entry, "rejected": None, "train": {"summary": {"rejected": "checkpoint rejected: x"}}}
-    assert _public(trained)["rejected"] == "checkpoint rejected: x"
-    assert "rejected" not in _public({**entry, "rejected": None})
+    reason = "workspace rejected, edits discarded: data/ is over 256 MB"
+    entry = Candidate(iteration=2, snapshot="s", parts={}, edits={}, notes="n", agent={}, train=None, train_key=None,
+                      checkpoint=None, val_score=None, val=None, charge={}, budget_after={}, rejected=reason)  # fmt: skip
+    assert public_view(entry)["rejected"].endswith("data/ is over 256 MB")
+    trained = dataclasses.replace(
+        entry, rejected=None, train={"summary": {"rejected": "checkpoint rejected: x"}}
+    )
+    assert public_view(trained)["rejected"] == "checkpoint rejected: x"
+    assert "rejected" not in public_view(dataclasses.replace(entry, rejected=None))
 
 
 # -- attacks through the pipeline, both backends ---------------------------------------------
@@ -242,7 +247,7 @@ def _workspace(root: Path) -> Path:
 
 def _research_env(tmp_path: Path, backend: str):
     from vtb.agents import Feedback
-    from vtb.research import SandboxResearchEnv
+    from vtb.agents.env import SandboxResearchEnv
     from vtb.runner import research_mounts
 
     ws, data, base = _workspace(tmp_path / "ws"), tmp_path / "data", tmp_path / "base"
@@ -254,7 +259,7 @@ def _research_env(tmp_path: Path, backend: str):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_links_and_fifos_from_a_research_command_are_never_followed(tmp_path, hidden, backend) -> None:
-    from vtb.research import scrub_workspace
+    from vtb.agents.env import scrub_workspace
     from vtb.workspace import changed_files, part_hashes, restore, snapshot
 
     env = _research_env(tmp_path, backend)
@@ -293,7 +298,7 @@ def test_links_and_fifos_from_a_research_command_are_never_followed(tmp_path, hi
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_an_oversized_workspace_is_rejected_and_the_agent_is_told(tmp_path, hidden, backend) -> None:
     """A CLI agent's turn (the real agent_turn_step) leaves links, FIFOs and a 512 MB sparse file."""
-    from steps.research import agent_turn_step
+    from steps import agent_turn_step
     from vtb.config import AgentConfig, SandboxConfig
     from vtb.workspace import snapshot
 
@@ -320,10 +325,10 @@ def test_an_oversized_workspace_is_rejected_and_the_agent_is_told(tmp_path, hidd
             "k", cfg, feedback, before, str(store), str(ws), str(data), str(base),
             SandboxConfig(backend=backend, step_wall_s=60, step_cpu_s=60), cpu_seconds=60.0,
         )  # fmt: skip
-    assert turn["after"] == before and turn["edits"] == {}
-    assert "data/ is over 256 MB" in turn["rejected"] and "big.bin" in turn["rejected"]
-    assert turn["notes"].startswith("[workspace rejected, edits discarded: data/ is over 256 MB")
-    assert "data/answers.jsonl (symlink)" in turn["dropped"] and "data/fifo (fifo)" in turn["dropped"]
+    assert turn.after == before and turn.edits == {}
+    assert "data/ is over 256 MB" in turn.rejected and "big.bin" in turn.rejected
+    assert turn.notes.startswith("[workspace rejected, edits discarded: data/ is over 256 MB")
+    assert "data/answers.jsonl (symlink)" in turn.dropped and "data/fifo (fifo)" in turn.dropped
     odd, blob = tree_report(ws)
     assert odd == [] and not (ws / "data" / "big.bin").exists()  # the workspace is back to `before`
     assert ANSWER.encode() not in blob and host_environ_marker() not in blob
@@ -388,41 +393,3 @@ def test_a_checkpoint_over_its_caps_fails_the_train_step_only(tmp_path, backend)
     assert "checkpoint rejected: checkpoint/ is over 64 MB" in outcome.summary["rejected"]
     assert "checkpoint rejected" in (tmp_path / "ck" / "train.log").read_text()
     assert not (tmp_path / "ck" / "checkpoint").exists()
-
-
-def test_a_rejected_turn_is_an_iteration_the_agent_sees_and_the_run_goes_on(tmp_path) -> None:
-    """Bench.iterate with its steps stubbed: the rejected turn is recorded untrained, with its reason,
-    and the next turn's feedback carries it."""
-    from flows.bench import Bench
-    from tests.conftest import small_config
-    from vtb.workspace import snapshot
-
-    cfg = small_config(tmp_path, "greedy", 0, "agent.max_iterations=2")
-    bench = Bench(cfg)
-    bench.initial = snapshot(_workspace(tmp_path / "ws0"), bench.store)
-    bench.model, bench.data = {"hash": "m"}, {"hashes": {"val": "v"}}
-    bench.data_dir, bench.base_dir = tmp_path / "data", tmp_path / "base"
-    charge = {"flops": 1.0, "cpu_seconds": 0.1, "gpu_seconds": 0.0, "wall_seconds": 0.1}
-    feedbacks = []
-
-    def call(name: str, **params) -> dict:
-        if name == "train":
-            return {"ok": True, "checkpoint": "/ck", "charge": charge, "killed": None, "returncode": 0,
-                    "summary": {}}  # fmt: skip
-        if name == "play":
-            return {"score": 0.25, "charge": charge, "n": 4, "answered": 4, "crashes": 0, "killed": [],
-                    "garbage": [], "engine": "tiny"}  # fmt: skip
-        feedbacks.append(params["feedback"])
-        reason = "workspace rejected, edits discarded: data/ is over 256 MB" if len(feedbacks) == 1 else None
-        return {"after": bench.initial, "done": len(feedbacks) == 2, "notes": f"[{reason}] n", "rejected": reason,
-                "dropped": [], "stopped": None, "error": None, "edits": {}, "charge": charge, "trajectory": [],
-                "egress": []}  # fmt: skip
-
-    bench._call = call
-    bench.rec.start(cfg)
-    bench.iterate()
-    assert [h["val_score"] for h in bench.history] == [0.25, None]
-    assert bench.history[1]["rejected"].endswith("data/ is over 256 MB") and bench.history[1]["train"] is None
-    assert len(feedbacks) == 2  # the run went on to the next turn
-    assert feedbacks[1]["history"][1]["rejected"].endswith("data/ is over 256 MB")
-    assert json.loads((bench.rec.dir / "iterations" / "01.json").read_text())["rejected"]

@@ -296,15 +296,16 @@ def test_a_gpu_budget_without_sandbox_gpus_fails_at_run_start(tmp_path):
         check_budget("gpu_seconds", None)
     assert "budget.unit=flops" in str(e.value)
 
-    from flows.bench import Bench, run_bench
+    from flows.bench import run_bench
     from tests.conftest import small_config
+    from vtb.bench import Bench, plain_steps
 
     cfg = small_config(tmp_path, "noop", 0, "budget=h100_10h")
     assert cfg.budget.unit == "gpu_seconds" and cfg.sandbox.gpus is None
     with pytest.raises(ValueError, match="sandbox.gpus"):
         run_bench(cfg)  # before any Prefect or sandbox work
     with pytest.raises(ValueError, match="sandbox.gpus"):
-        Bench(cfg)  # the flow itself (a sweep calls it without run_bench)
+        Bench(cfg, plain_steps())  # the flow itself (a sweep calls it without run_bench)
     assert not (tmp_path / "runs").exists() and not (tmp_path / "cache").exists()
 
 

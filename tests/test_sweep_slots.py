@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from flows.bench import default_run_id
 from flows.sweep import SweepConfig, bench_configs, parallelism, run_benches, with_gpu
+from vtb.bench import default_run_id
 
 
 class FakeBench:

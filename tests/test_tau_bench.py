@@ -20,14 +20,13 @@ TAU_SMALL = [
 
 @pytest.fixture(scope="module")
 def tau_run(tmp_path_factory, prefect_server):
-    from hydra import compose, initialize_config_dir
 
-    from flows.bench import CONF_DIR, run_bench, to_config
+    from flows.bench import run_bench
+    from vtb.config import compose_config
 
     tmp = tmp_path_factory.mktemp("tau")
     overrides = [*TAU_SMALL, f"runs_dir={tmp / 'runs'}", f"cache_dir={tmp / 'cache'}"]
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        cfg = to_config(compose(config_name="bench", overrides=overrides))
+    cfg = compose_config(overrides)
     return cfg, run_bench(cfg)
 
 

@@ -28,13 +28,12 @@ TASKS = {
 
 
 def _run(tmp: Path, task: str) -> tuple:
-    from hydra import compose, initialize_config_dir
 
-    from flows.bench import CONF_DIR, run_bench, to_config
+    from flows.bench import run_bench
+    from vtb.config import compose_config
 
     overrides = [*TASKS[task], *SMALL, f"runs_dir={tmp / 'runs'}", f"cache_dir={tmp / 'cache'}"]
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        cfg = to_config(compose(config_name="bench", overrides=overrides))
+    cfg = compose_config(overrides)
     return cfg, run_bench(cfg)
 
 

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from vtb.safefs import Caps
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # Hydra's config folder (conf/*.yaml)
 
 
 @dataclass
@@ -211,3 +214,21 @@ class BenchConfig:
     def paths(self) -> tuple[Path, Path]:
         """Absolute runs and cache roots (no Hydra chdir: relative paths mean the cwd)."""
         return Path(self.runs_dir).resolve(), Path(self.cache_dir).resolve()
+
+
+def to_config(cfg: Any) -> BenchConfig:
+    """The one place a Hydra DictConfig becomes typed dataclasses (validated against BenchConfig)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(BenchConfig), cfg))
+
+
+def compose_config(overrides: list[str] = (), name: str = "bench") -> BenchConfig:
+    """conf/<name>.yaml with Hydra overrides, as `python -m flows.bench <overrides>` would see it."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    if GlobalHydra.instance().is_initialized():  # inside @hydra.main or an outer compose
+        return to_config(compose(config_name=name, overrides=list(overrides)))
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return to_config(compose(config_name=name, overrides=list(overrides)))

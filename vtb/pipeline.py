@@ -1,8 +1,8 @@
 """The pipeline's steps as plain functions: provision, build a system, train, play, turn.
 
-steps/ wraps each in a Prefect task with a content-hash cache key; tests call them directly.
-Every function takes paths and plain values, and returns JSON-able dicts, so a cached result
-is just a small file and a resumed run can rebuild its ledger from the charges inside.
+steps/ wraps each in a Prefect task keyed by vtb/keys.py; tests call them directly. Every
+function takes paths and plain values and returns a typed result (vtb/results.py) small enough
+to persist, so a resumed run rebuilds its ledger from the charges inside the cached results.
 """
 
 from __future__ import annotations
@@ -12,38 +12,32 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 
-from vtb.config import BenchConfig, ModelConfig, SandboxConfig, TaskConfig
+from vtb import runner
+from vtb.agents import Feedback
+from vtb.agents.turn import take_turn
+from vtb.blind import blind, real_ids, secret_of, stage_model
+from vtb.config import AgentConfig, BenchConfig, EngineConfig, ModelConfig, SandboxConfig, TaskConfig
 from vtb.domains import salt
 from vtb.domains.registry import get_domain
-from vtb.hashing import code_version, hash_dir, hash_file, hash_json
+from vtb.engine.select import engine_env
+from vtb.hashing import hash_dir, hash_file
+from vtb.keys import data_key
+from vtb.ledger import Charge
+from vtb.results import DataResult, ModelResult, PlayResult, TrainResult, TurnOutcome
 from vtb.sandbox import make_sandbox, runtime_mounts
 from vtb.sandbox.base import Limits, Mount
 from vtb.workspace import snapshot
 
-# The source each kind of result depends on; part of its cache key.
-TRAIN_CODE = ("engine", "models")
-PLAY_CODE = ("engine", "models", "protocol.py", "runner.py", "domains")
-MODEL_CODE = ("models", "engine", "domains")
-DATA_CODE = ("domains",)
 
-
-def data_key(task: TaskConfig) -> str:
-    """The data step's cache key, which also names its folder, so the two cannot disagree: a
-    generator change makes a new key and new splits, never the old splits under a new key."""
-    return hash_json(["data", asdict(task), salt.salt_sha256(task), code_version(*DATA_CODE)])
-
-
-def provision_data(task: TaskConfig, cache: Path) -> dict:
+def provision_data(task: TaskConfig, cache: Path) -> DataResult:
     """Write the task's splits once per task config and salt: research/ (pool, val) and hidden/ (test).
 
-    The cache key and the result carry the salt's sha256 (`test_salt_sha256`, vtb/domains/salt.py),
+    The key and the result carry the salt's sha256 (`test_salt_sha256`, vtb/domains/salt.py),
     never the salt: a salt from a file or the environment changes the key as an inline one does.
     """
     domain = get_domain(task.name)
-    salt_hash = salt.salt_sha256(task)
     data_dir = cache / "data" / f"{task.name}-{data_key(task)[:16]}"
     if not (data_dir / "DONE").exists():
         tmp = Path(tempfile.mkdtemp(dir=cache, prefix=".data-"))
@@ -53,16 +47,16 @@ def provision_data(task: TaskConfig, cache: Path) -> dict:
         shutil.rmtree(data_dir, ignore_errors=True)
         data_dir.parent.mkdir(parents=True, exist_ok=True)
         tmp.rename(data_dir)
-    return {
-        "data_dir": str(data_dir),
-        "counts": json.loads((data_dir / "counts.json").read_text()),
-        "hashes": {
+    return DataResult(
+        data_dir=str(data_dir),
+        counts=json.loads((data_dir / "counts.json").read_text()),
+        hashes={
             "pool": hash_file(data_dir / "research" / "pool.jsonl"),
             "val": hash_file(data_dir / "research" / "val.jsonl"),
             "test": hash_file(data_dir / "hidden" / "test.jsonl"),
         },
-        "test_salt_sha256": salt_hash,
-    }
+        test_salt_sha256=salt.salt_sha256(task),
+    )
 
 
 def provision_model(
@@ -72,11 +66,11 @@ def provision_model(
     out: Path,
     sandbox_cfg: SandboxConfig,
     echo: Callable,
-) -> dict:
+) -> ModelResult:
     """Make (tiny, in a sandbox), convert (smollm2) or fetch (hub) the base model into out."""
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    charge: dict = {}
+    charge = None
     if model.kind == "tiny":
         charge = _build_tiny(model, task, data_dir, tmp, sandbox_cfg, echo)
     elif model.kind == "smollm2":
@@ -102,7 +96,7 @@ def provision_model(
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp.rename(out)
     info = json.loads((out / "vtb_model.json").read_text()) if (out / "vtb_model.json").exists() else {}
-    return {"base_dir": str(out), "n_params": info.get("n_params"), "hash": hash_dir(out), "charge": charge}
+    return ModelResult(base_dir=str(out), n_params=info.get("n_params"), hash=hash_dir(out), charge=charge)
 
 
 def _build_tiny(
@@ -112,7 +106,7 @@ def _build_tiny(
     dest: Path,
     sandbox_cfg: SandboxConfig,
     echo: Callable,
-) -> dict:
+) -> Charge:
     from vtb.runner import charge_of, stream_lines
 
     domain = get_domain(task.name)
@@ -144,7 +138,7 @@ def _build_tiny(
             raise RuntimeError(f"building the tiny base model failed (rc={result.returncode}, killed="
                                f"{result.killed}): {result.stderr[-2000:]}")  # fmt: skip
         shutil.move(str(work / "out" / "model"), dest)
-    return asdict(charge_of(result))
+    return charge_of(result)
 
 
 def build_system(kind: str, cfg: BenchConfig, data_dir: Path, store: Path) -> str:
@@ -176,3 +170,119 @@ def step_limits(
     cpu = cfg.step_cpu_s if cpu_seconds is None else min(cfg.step_cpu_s, cpu_seconds)
     return Limits(wall_seconds=cfg.step_wall_s, cpu_seconds=cpu, memory_mb=cfg.memory_mb, max_flops=max_flops,
                   gpu_seconds=gpu_seconds)  # fmt: skip
+
+
+def train(
+    key: str,
+    snapshot_dir: Path,
+    base_dir: Path,
+    cache: Path,
+    seed: int,
+    sandbox_cfg: SandboxConfig,
+    max_flops: float | None,
+    cpu_seconds: float | None,
+    gpu_seconds: float | None = None,
+) -> TrainResult:
+    """Run the candidate's trainer in the research sandbox into checkpoints/<key>."""
+    out_dir = cache / "checkpoints" / key[:24]
+    outcome = runner.train(
+        sandbox_for(sandbox_cfg),
+        snapshot_dir,
+        base_dir,
+        out_dir,
+        seed=seed,
+        limits=step_limits(sandbox_cfg, max_flops, cpu_seconds, gpu_seconds),
+        echo=lambda line: print(f"  [train] {line}", flush=True),
+        checkpoint_caps=sandbox_cfg.checkpoint_caps(),
+    )
+    return TrainResult(
+        ok=outcome.ok,
+        checkpoint=str(out_dir / "checkpoint") if outcome.ok else None,
+        log=str(out_dir / "train.log"),
+        charge=outcome.charge,
+        killed=outcome.killed,
+        returncode=outcome.returncode,
+        summary=outcome.summary,
+    )
+
+
+def play(
+    harness_dir: Path,
+    model_dir: Path,
+    split: str,
+    data_dir: Path,
+    task_cfg: TaskConfig,
+    sandbox_cfg: SandboxConfig,
+    max_flops: float | None,
+    cpu_seconds: float | None,
+    gpu_seconds: float | None = None,
+    engine_cfg: EngineConfig | None = None,
+    stage_dir: Path | None = None,
+) -> PlayResult:
+    """Play a split's episodes against a harness + checkpoint and score them here.
+
+    The sandbox gets only episode inputs and observations, under opaque ids in a keyed order,
+    and (with stage_dir) the model through a run-wide staging folder (vtb/blind.py): nothing
+    tells it the split or the mode. Answers, environments and the scorer stay in this process.
+    """
+    domain = get_domain(task_cfg.name)
+    sandbox = sandbox_for(sandbox_cfg)
+    episodes = domain.episodes(data_dir, split, task_cfg, sandbox=sandbox)
+    model = stage_model(model_dir, stage_dir) if stage_dir else model_dir
+    blinded = blind(episodes, secret_of(task_cfg), split)
+    outcome = runner.play(
+        sandbox,
+        harness_dir,
+        model,
+        blinded,
+        limits=step_limits(sandbox_cfg, max_flops, cpu_seconds, gpu_seconds),
+        round_timeout_s=task_cfg.round_timeout_s,
+        per_episode_timeout_s=task_cfg.per_episode_timeout_s,
+        env=engine_env(engine_cfg.name, engine_cfg.options, engine_cfg.fallback) if engine_cfg else None,
+    )
+    rewards = {ep.id: ep.reward() for ep in episodes}
+    return PlayResult(
+        split=split,
+        score=sum(rewards.values()) / max(1, len(rewards)),
+        n=len(episodes),
+        answered=len(outcome.actions),
+        charge=outcome.charge,
+        rewards=rewards,
+        metrics=domain.metrics(episodes, task_cfg),
+        samples=[ep.record() for ep in episodes[:5]],
+        rounds=outcome.rounds,
+        crashes=outcome.crashes,
+        failed=dict(list(real_ids(blinded, outcome.failed).items())[:50]),
+        killed=outcome.killed,
+        garbage=outcome.garbage,
+        denials=outcome.denials[:50],
+        stderr_tail=outcome.stderr_tail,
+        engine=outcome.engine,
+        artifacts=domain.artifacts(episodes) if hasattr(domain, "artifacts") else {},
+    )
+
+
+def agent_turn(
+    agent_cfg: AgentConfig,
+    feedback: dict,
+    before: str,
+    store: Path,
+    workspace: Path,
+    data_dir: Path,
+    base_dir: Path,
+    sandbox_cfg: SandboxConfig,
+    cpu_seconds: float,
+    gpu_seconds: float | None = None,
+) -> TurnOutcome:
+    """The research agent's turn in the research sandbox (vtb/agents/turn.py)."""
+    return take_turn(
+        agent_cfg,
+        Feedback(**feedback),
+        before,
+        store,
+        workspace,
+        sandbox_for(sandbox_cfg),
+        runner.research_mounts(workspace, data_dir, base_dir),
+        step_limits(sandbox_cfg, None, cpu_seconds, gpu_seconds),
+        sandbox_cfg.part_caps(),
+    )

@@ -22,6 +22,7 @@ from vtb import safefs
 from vtb.config import BenchConfig
 from vtb.hashing import code_version
 from vtb.ledger import Ledger
+from vtb.results import RunOutcome
 
 
 def _dump(path: Path, obj: object) -> None:
@@ -78,34 +79,31 @@ class RunRecord:
             "steps": steps,
         })  # fmt: skip
 
-    def finish(
-        self,
-        cfg: BenchConfig,
-        run_id: str,
-        data: dict,
-        model: dict,
-        history: list[dict],
-        chosen: dict,
-        grades: dict,
-        reference: dict | None,
-        ledger: Ledger,
-        store: Path,
-    ) -> dict:
+    def finish(self, cfg: BenchConfig, run: RunOutcome, ledger: Ledger, store: Path) -> dict:
+        """Write the submission, manifest, grading, ledger, result and report; returns result.json."""
+        history = [c.to_json() for c in run.history]
+        chosen = run.chosen.to_json()
+        grades = {label: g.to_json() for label, g in run.grades.items()}
+        run_id = run.run_id
         sub = self.dir / "submission"
         safefs.remove(sub)
-        safefs.copy_tree(store / chosen["snapshot"], sub)
-        if chosen["checkpoint"]:
-            _link_tree(Path(chosen["checkpoint"]), sub / "model")
-        _dump(self.dir / "manifest.json", {
-            "run_id": run_id,
-            "code_version": code_version(),
-            "data": data,
-            "base_model": model,
-            "candidates": [{k: h[k] for k in ("iteration", "snapshot", "parts", "train_key")} for h in history],
-            "submitted": {"iteration": chosen["iteration"], "snapshot": chosen["snapshot"], "parts": chosen["parts"],
-                          "train_key": chosen["train_key"]},
-            "reference": reference,
-        })  # fmt: skip
+        safefs.copy_tree(store / run.chosen.snapshot, sub)
+        if run.chosen.checkpoint:
+            _link_tree(Path(run.chosen.checkpoint), sub / "model")
+        _dump(
+            self.dir / "manifest.json",
+            {
+                "run_id": run_id,
+                "code_version": code_version(),
+                "data": asdict(run.data),
+                "base_model": asdict(run.model),
+                "candidates": [
+                    {k: h[k] for k in ("iteration", "snapshot", "parts", "train_key")} for h in history
+                ],
+                "submitted": {k: chosen[k] for k in ("iteration", "snapshot", "parts", "train_key")},
+                "reference": run.reference,
+            },
+        )
         _dump(self.dir / "grading.json", grades)
         ledger.write(self.dir / "ledger.jsonl")
         gains = attribute_gains(history, chosen)

@@ -270,7 +270,7 @@ def play(
     eps: list[Episode] = [SingleTurn(e) if isinstance(e, dict) else e for e in episodes]
     mounts = runtime_mounts() + [Mount(harness_dir, "/ws/harness"), Mount(model_dir, "/model")]
     # The same mounts and environment in every mode: a null-model check differs only in what
-    # model_dir holds (steps/blind.py), so nothing inside the sandbox can tell it apart.
+    # model_dir holds (vtb/blind.py), so nothing inside the sandbox can tell it apart.
     env = {**(env or {}), "VTB_MODEL_DIR": "/model"}  # env: e.g. the engine selection
     argv = [PYTHON, "/ws/harness/harness.py"]
     out = EpisodeOutcome({}, Charge(), [], 0, [], [])

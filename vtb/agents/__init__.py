@@ -13,7 +13,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from vtb.config import AgentConfig
 
@@ -33,9 +33,23 @@ class Feedback:
 
     def best(self, prefer_latest: bool = False) -> dict | None:
         """Best validated candidate so far; the earliest (or latest) wins a tie."""
-        scored = [h for h in self.history if h.get("val_score") is not None]
-        sign = 1 if prefer_latest else -1
-        return max(scored, key=lambda h: (h["val_score"], sign * h["iteration"]), default=None)
+        return best_of(self.history, lambda h: h.get("val_score"), lambda h: h["iteration"], prefer_latest)
+
+
+T = TypeVar("T")
+
+
+def best_of(
+    items: list[T],
+    score: Callable[[T], float | None],
+    iteration: Callable[[T], int],
+    prefer_latest: bool = False,
+) -> T | None:
+    """The selection rule (the bench submits by it, agents read it): the highest validation score
+    among those that have one; the earliest iteration on a tie, or the latest with prefer_latest."""
+    sign = 1 if prefer_latest else -1
+    scored = [i for i in items if score(i) is not None]
+    return max(scored, key=lambda i: (score(i), sign * iteration(i)), default=None)
 
 
 class ResearchEnv(Protocol):

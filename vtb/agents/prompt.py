@@ -14,11 +14,10 @@ import string
 from pathlib import Path
 
 from vtb.agents import Feedback
-from vtb.config import AgentConfig
+from vtb.config import CONF_DIR, AgentConfig
 from vtb.hashing import hash_json
 from vtb.record import edits_text
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 MAX_LAYOUT_LINES = 80
 
 

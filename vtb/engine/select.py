@@ -51,7 +51,7 @@ def open_engine(model_dir: str | Path, *, name: str | None = None, threads: int 
     """The engine the run configured for model_dir.
 
     There is no null mode here: grading's null-model check mounts a null checkpoint at the same
-    path (steps/blind.py), so a harness cannot tell the check from a normal grading by its engine.
+    path (vtb/blind.py), so a harness cannot tell the check from a normal grading by its engine.
     """
     from vtb.engine.infer import Engine
 

@@ -1,51 +1,40 @@
-"""A research-agent turn: the agent edits the workspace; the result is snapshotted.
+"""A research-agent turn: the agent edits the workspace; the host snapshots what it left.
 
 The workspace is sandbox-written: links and special files are removed (and named in the turn's
 notes), and a part over the configured caps rejects the turn's edits (after = before) with a
-reason the agent reads in its feedback next turn; the run goes on.
-
-Cached by hash(agent config, prompt template, seed, workspace before, feedback), so a resumed
-run replays an agent's past edits instead of asking it again. API keys the agent was given
-are scrubbed from its trajectory and its workspace before anything is stored.
+reason the agent reads in its feedback next turn; the run goes on. API keys the agent was
+given are scrubbed from its trajectory and its workspace before anything is stored.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 
-from steps.common import step
-from vtb import pipeline, runner, safefs
+from vtb import safefs
 from vtb.agents import Feedback, make_agent
-from vtb.config import AgentConfig, SandboxConfig
-from vtb.research import SandboxResearchEnv, redact, scrub_workspace, secret_values
+from vtb.agents.env import SandboxResearchEnv, redact, scrub_workspace, secret_values
+from vtb.config import AgentConfig
+from vtb.results import TurnOutcome
+from vtb.safefs import Caps
+from vtb.sandbox.base import Limits, Mount, Sandbox
 from vtb.workspace import changed_files, restore, snapshot
 
+MAX_LISTED = 20  # dropped links/special files named in the turn's notes and result
 
-@step("agent-turn")
-def agent_turn_step(
-    key: str,
+
+def take_turn(
     agent_cfg: AgentConfig,
-    feedback: dict,
+    feedback: Feedback,
     before: str,
-    store: str,
-    workspace: str,
-    data_dir: str,
-    base_dir: str,
-    sandbox_cfg: SandboxConfig,
-    cpu_seconds: float,
-    gpu_seconds: float | None = None,
-) -> dict:
-    store_, ws = Path(store), Path(workspace)
-    restore(store_, before, ws)
-    env = SandboxResearchEnv(
-        ws,
-        store_,
-        Feedback(**feedback),
-        pipeline.sandbox_for(sandbox_cfg),
-        runner.research_mounts(ws, Path(data_dir), Path(base_dir)),
-        pipeline.step_limits(sandbox_cfg, None, cpu_seconds, gpu_seconds),
-    )
+    store: Path,
+    ws: Path,
+    sandbox: Sandbox,
+    mounts: list[Mount],
+    limits: Limits,
+    caps: Caps,
+) -> TurnOutcome:
+    restore(store, before, ws)
+    env = SandboxResearchEnv(ws, store, feedback, sandbox, mounts, limits)
     error, stopped, usage = None, None, None
     try:
         result = make_agent(agent_cfg).turn(env)
@@ -59,30 +48,26 @@ def agent_turn_step(
         env.note({"redacted_files": scrubbed})
     rejected = None
     try:
-        after = snapshot(ws, store_, sandbox_cfg.part_caps())
+        after = snapshot(ws, store, caps)
     except OSError as e:  # safefs.Rejected past the caps, or a file the host cannot read
         after, rejected = before, f"workspace rejected, edits discarded: {e}"
-        restore(store_, before, ws)
+        restore(store, before, ws)
     if dropped:
         env.note({"dropped": dropped[:MAX_LISTED]})
-    notes = _with_warnings(str(notes), rejected, dropped)
-    return redact({
+    fields = {
         "after": after,
-        "done": done,
-        "notes": notes,
+        "done": bool(done),
+        "notes": _with_warnings(str(notes), rejected, dropped),
+        "edits": changed_files(store, before, after),
         "rejected": rejected,
         "dropped": [f"{d['path']} ({d['kind']})" for d in dropped[:MAX_LISTED]],
         "stopped": stopped,
         "usage": usage,
         "error": error,
-        "edits": changed_files(store_, before, after),
-        "charge": asdict(env.charge),
         "trajectory": env.log,
         "egress": env.egress,
-    }, secrets)  # fmt: skip
-
-
-MAX_LISTED = 20  # dropped links/special files named in the turn's notes and result
+    }
+    return TurnOutcome(**redact(fields, secrets), charge=env.charge)
 
 
 def _with_warnings(notes: str, rejected: str | None, dropped: list[dict]) -> str:

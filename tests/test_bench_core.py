@@ -1,0 +1,192 @@
+"""The bench loop (vtb/bench.py) with fake steps: no Prefect, no sandbox, a second or so per run.
+
+The fakes behave like the real steps where the loop depends on it: results are cached by the
+key the loop passes in (as Prefect's key-based cache does), each agent turn snapshots a real
+workspace, a system's val score is written into its harness and its test score follows it.
+What they check: each step is charged once, a cached step still carries its charge, the budget
+stops the iterations, selection ties go to the earliest, a failed train is never submitted, a
+rejected turn is an iteration the agent is told about, and a run killed at any step boundary
+resumes to the same result.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vtb.bench import Bench, Steps
+from vtb.config import BenchConfig, compose_config
+from vtb.ledger import Charge
+from vtb.results import DataResult, ModelResult, PlayResult, TrainResult, TurnOutcome
+from vtb.workspace import changed_files, restore, snapshot
+
+TRAIN_FLOPS, PLAY_FLOPS, TURN_TOKENS = 1e9, 1e7, 100
+
+
+class Killed(Exception):
+    """A kill between two steps (the process dies; what finished is in the cache)."""
+
+
+class FakeSteps:
+    """The five steps as fakes over one shared cache; `plan` is what the agent does each turn:
+    {"score": val score of the new system, "fail": its training fails, "reject": a reason,
+    "harness_only": only the harness changes, "done": the agent stops}."""
+
+    def __init__(self, root: Path, plan: list[dict]):
+        self.root, self.plan = root, plan
+        self.cache: dict[str, object] = {}
+        self.runs: list[str] = []  # the step keys actually executed (not served from the cache)
+        self.kill_at: int | None = None  # kill before the n-th step call of the next run
+        self.calls = 0
+
+    def steps(self) -> Steps:
+        return Steps(
+            **{n: self._cached(n, getattr(self, n)) for n in ("data", "model", "train", "play", "turn")}
+        )
+
+    def _cached(self, name, fn):
+        def call(key: str, **params):
+            self.calls += 1
+            if self.kill_at is not None and self.calls == self.kill_at:
+                raise Killed(f"killed before {name}")
+            if key in self.cache:
+                return self.cache[key], True
+            self.runs.append(f"{name}:{key[:8]}")
+            self.cache[key] = fn(key, **params)
+            return self.cache[key], False
+
+        return call
+
+    def data(self, key, task_cfg, cache) -> DataResult:
+        from vtb import pipeline
+
+        return pipeline.provision_data(task_cfg, Path(cache))  # the real one: the initial system reads it
+
+    def model(self, key, **_) -> ModelResult:
+        return ModelResult(base_dir=str(self.root / "base"), n_params=1, hash="base-model")
+
+    def train(self, key, snapshot_dir, **_) -> TrainResult:
+        config = json.loads((Path(snapshot_dir) / "trainer" / "config.json").read_text())
+        charge = Charge(flops=TRAIN_FLOPS, cpu_seconds=1.0, wall_seconds=1.0)
+        if config.get("fail"):
+            return TrainResult(ok=False, checkpoint=None, log="", charge=charge, returncode=1)
+        ckpt = self.root / "checkpoints" / key[:12]
+        ckpt.mkdir(parents=True, exist_ok=True)
+        (ckpt / "weights.txt").write_text(key)
+        return TrainResult(ok=True, checkpoint=str(ckpt), log="", charge=charge, returncode=0)
+
+    def play(self, key, harness_dir, model_dir, split, **_) -> PlayResult:
+        text = (Path(harness_dir) / "harness.py").read_text()
+        score = float(text.split("SCORE = ")[1].split()[0]) if "SCORE = " in text else 0.01
+        score = min(1.0, score + 0.05) if split == "test" else score
+        return PlayResult(split=split, score=score, n=10, answered=10, charge=Charge(flops=PLAY_FLOPS))
+
+    def turn(self, key, feedback, before, store, workspace, **_) -> TurnOutcome:
+        store, ws = Path(store), Path(workspace)
+        step = self.plan[feedback["iteration"] - 1]
+        restore(store, before, ws)
+        if not step.get("harness_only"):
+            (ws / "trainer" / "config.json").write_text(
+                json.dumps({"fail": step.get("fail", False), "it": key})
+            )
+        (ws / "harness" / "harness.py").write_text(
+            f"SCORE = {step.get('score', 0.0)}\n# turn {feedback['iteration']}\n"
+        )
+        after = before if step.get("reject") else snapshot(ws, store)
+        return TurnOutcome(after=after, done=step.get("done", False), notes=f"turn {feedback['iteration']}",
+                           charge=Charge(agent_tokens=TURN_TOKENS), edits=changed_files(store, before, after),
+                           rejected=step.get("reject"))  # fmt: skip
+
+
+def config(tmp_path: Path, iterations: int, *extra: str) -> BenchConfig:
+    return compose_config([
+        "agent=noop", f"agent.max_iterations={iterations}", "task.n_pool=300", "task.n_val=10", "task.n_test=10",
+        "task.initial_data_size=50", "+budget.flops_per_cpu_second=1e9", "null_model_check=false",
+        f"runs_dir={tmp_path / 'runs'}", f"cache_dir={tmp_path / 'cache'}", *extra,
+    ])  # fmt: skip
+
+
+def run(cfg: BenchConfig, fake: FakeSteps) -> tuple[Bench, dict]:
+    bench = Bench(cfg, fake.steps(), log=lambda msg: None)
+    return bench, bench.run()
+
+
+PLAN = [{"score": 0.4}, {"score": 0.4, "harness_only": True}, {"score": 0.2, "fail": True}, {"score": 0.3}]
+
+
+def test_each_step_is_charged_once_and_ties_go_to_the_earliest(tmp_path) -> None:
+    fake = FakeSteps(tmp_path, PLAN)
+    bench, result = run(config(tmp_path, 4), fake)
+    vals = [c.val_score for c in bench.history]
+    assert vals == [0.01, 0.4, 0.4, None, 0.3]
+    assert result["submitted"]["iteration"] == 1  # the tie with iteration 2 goes to the earliest
+    assert result["submitted"]["test_score"] == pytest.approx(0.45)
+    # iteration 2 changed the harness only: its checkpoint is iteration 1's, charged once
+    steps = [e.step for e in bench.ledger.entries]
+    assert steps.count("train") == 4 and steps.count("play-val") == 4 and steps.count("agent") == 4
+    assert bench.ledger.used() == pytest.approx(4 * TRAIN_FLOPS + 4 * PLAY_FLOPS)
+    assert result["budget"]["agent_tokens"] == 4 * TURN_TOKENS
+    # grading and the reference are not charged
+    assert "play-test" not in steps and result["reference"]["test_score"] == pytest.approx(0.06)
+
+
+def test_a_failed_train_is_recorded_and_never_submitted(tmp_path) -> None:
+    fake = FakeSteps(tmp_path, [{"score": 0.9, "fail": True}])
+    bench, result = run(config(tmp_path, 1), fake)
+    failed = bench.history[1]
+    assert failed.val_score is None and failed.train["ok"] is False and failed.checkpoint is None
+    assert result["submitted"]["iteration"] == 0
+    record = json.loads((Path(result["record"]) / "iterations" / "01.json").read_text())
+    assert record["train"]["ok"] is False and "rejected" not in record
+
+
+def test_the_budget_stops_the_iterations(tmp_path) -> None:
+    plan = [{"score": 0.1 * i} for i in range(1, 6)]
+    fake = FakeSteps(tmp_path, plan)
+    bench, result = run(config(tmp_path, 5, f"budget.limit={2.5 * (TRAIN_FLOPS + PLAY_FLOPS)}"), fake)
+    assert [c.iteration for c in bench.history] == [0, 1, 2]  # exhausted after iteration 2
+    assert bench.ledger.exhausted() and result["iterations"] == 2
+
+
+def test_a_cached_step_still_carries_its_charge(tmp_path) -> None:
+    fake = FakeSteps(tmp_path, PLAN)
+    _, first = run(config(tmp_path, 4), fake)
+    executed = len(fake.runs)
+    bench, again = run(config(tmp_path, 4), fake)  # every step served from the cache
+    assert len(fake.runs) == executed and all(t["cached"] for t in bench.timings)
+    assert again["budget"] == first["budget"] and again["submitted"] == first["submitted"]
+
+
+def test_a_rejected_turn_is_an_iteration_the_agent_sees_and_the_run_goes_on(tmp_path) -> None:
+    reason = "workspace rejected, edits discarded: data/ is over 256 MB"
+    fake = FakeSteps(tmp_path, [{"score": 0.5, "reject": reason}, {"score": 0.3, "done": True}])
+    seen = []
+    turn = fake.turn
+    fake.turn = lambda key, feedback, **p: seen.append(feedback) or turn(key, feedback, **p)
+    bench, result = run(config(tmp_path, 3), fake)
+    assert [c.val_score for c in bench.history] == [0.01, None, 0.3]
+    assert bench.history[1].rejected == reason and bench.history[1].train is None
+    assert len(seen) == 2 and seen[1]["history"][1]["rejected"] == reason
+    assert json.loads((Path(result["record"]) / "iterations" / "01.json").read_text())["rejected"] == reason
+
+
+def test_a_run_killed_at_any_step_boundary_resumes_to_the_same_result(tmp_path) -> None:
+    whole = FakeSteps(tmp_path / "whole", PLAN)
+    _, expected = run(config(tmp_path / "whole", 4), whole)
+    boundaries = whole.calls
+    assert boundaries >= 12
+    for k in range(1, boundaries + 1):
+        root = tmp_path / f"kill-{k}"
+        fake = FakeSteps(root, PLAN)
+        fake.kill_at = k
+        with pytest.raises(Killed):
+            run(config(root, 4), fake)
+        done_before = list(fake.runs)
+        fake.kill_at = None
+        _, resumed = run(config(root, 4), fake)
+        assert fake.runs[: len(done_before)] == done_before
+        assert len(fake.runs) == len(whole.runs), f"killed at call {k}: a finished step ran again"
+        same = ("submitted", "initial", "reference", "budget", "iterations", "gains_by_part")
+        assert {key: resumed[key] for key in same} == {key: expected[key] for key in same}, k

@@ -1,0 +1,516 @@
+"""The bench loop as plain Python: provision → iterations (turn → train → validate) → select → grade.
+
+`Bench` holds one run's state and is handed its five steps as callables (`Steps`): flows/bench.py
+passes Prefect tasks (steps/), tests pass plain functions. Each step is called with its key
+from vtb/keys.py and returns a typed result (vtb/results.py) and whether it came from a cache.
+Every charge goes to the ledger once per key: a result reused within a run (a harness-only
+edit reuses its checkpoint) costs once, and a resumed run rebuilds its ledger from the charges
+inside its cached results. Nothing here imports Prefect.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from vtb import keys, pipeline, record
+from vtb.agents import Feedback, best_of, make_agent
+from vtb.blind import null_model, secret_of, stage_path
+from vtb.config import BenchConfig, ModelConfig
+from vtb.engine.select import engine_env
+from vtb.hashing import hash_json
+from vtb.ledger import FlopsFloor, Ledger, StepLimits, check_budget
+from vtb.results import Candidate, DataResult, Grade, ModelResult, PlayResult, RunOutcome, System, TurnOutcome
+from vtb.workspace import part_hashes, restore
+
+Ran = tuple[Any, bool]  # a step's typed result, and whether it came from the cache
+
+
+@dataclass
+class Steps:
+    """The bench's steps; each takes its keyword parameters (steps/tasks.py) and returns `Ran`."""
+
+    data: Callable[..., Ran]
+    model: Callable[..., Ran]
+    train: Callable[..., Ran]
+    play: Callable[..., Ran]
+    turn: Callable[..., Ran]
+
+
+def plain_steps() -> Steps:
+    """The pipeline functions themselves, never cached: a bench without Prefect (tests, scripts)."""
+
+    def uncached(fn: Callable) -> Callable[..., Ran]:
+        return lambda **params: (fn(**params), False)
+
+    def model(key: str, cache: str, model_cfg: ModelConfig, data_dir: str, **params: Any) -> ModelResult:
+        out = Path(cache) / "models" / f"{model_cfg.name}-{key[:16]}"
+        return pipeline.provision_model(
+            model_cfg, params["task_cfg"], Path(data_dir), out, params["sandbox_cfg"], echo=lambda line: None
+        )
+
+    return Steps(
+        data=uncached(lambda key, task_cfg, cache: pipeline.provision_data(task_cfg, Path(cache))),
+        model=uncached(model),
+        train=uncached(lambda key, **p: pipeline.train(key, **{k: _path(k, v) for k, v in p.items()})),
+        play=uncached(lambda key, **p: pipeline.play(**{k: _path(k, v) for k, v in p.items()})),
+        turn=uncached(lambda key, **p: pipeline.agent_turn(**{k: _path(k, v) for k, v in p.items()})),
+    )
+
+
+def _path(name: str, value: Any) -> Any:
+    folders = ("_dir", "cache", "store", "workspace")
+    return Path(value) if isinstance(value, str) and name.endswith(folders) else value
+
+
+def default_run_id(cfg: BenchConfig) -> str:
+    """Same config → same run id, so a killed run started again resumes into the same record."""
+    tag = hash_json({k: v for k, v in asdict(cfg).items() if k not in ("runs_dir", "cache_dir", "run_id")})
+    return f"{cfg.task.name}-{cfg.agent.name}-s{cfg.seed}-{tag[:8]}"
+
+
+def select(history: list[Candidate]) -> Candidate:
+    """The best validated candidate, the earliest on a tie (agents read the same rule through
+    `Feedback.best`); the initial system when nothing validated."""
+    return best_of(history, lambda c: c.val_score, lambda c: c.iteration) or history[0]
+
+
+class Bench:
+    """State of one bench run; the methods are its stages, `run` chains them."""
+
+    def __init__(self, cfg: BenchConfig, steps: Steps, log: Callable[[str], None] | None = None):
+        check_budget(cfg.budget.unit, cfg.sandbox.gpus)  # also for flows that skip preflight (sweeps)
+        self.cfg, self.steps = cfg, steps
+        self.runs, self.cache = cfg.paths()
+        self.run_id = cfg.run_id or default_run_id(cfg)
+        self.rec = record.RunRecord(self.runs / self.run_id)
+        self.store = self.cache / "snapshots"
+        self.store.mkdir(parents=True, exist_ok=True)
+        # The FLOPs floor is set at provision time: its rates are calibrated on the base model.
+        self.ledger = Ledger(cfg.budget.unit, cfg.budget.limit, cfg.budget.cpu_seconds)
+        self.history: list[Candidate] = []
+        self.timings: list[dict] = []  # per step call: wall in the orchestrator, wall in the sandbox, cached
+        self.charged: set[str] = set()  # step keys already charged in this run
+        self.t0 = time.monotonic()
+        self._log = log or (
+            lambda msg: print(f"[bench {time.monotonic() - self.t0:6.1f}s] {msg}", flush=True)
+        )
+
+    def run(self) -> dict:
+        """The whole bench; returns result.json's content."""
+        self.rec.start(self.cfg)
+        self.provision()
+        self.iterate()
+        return self.finish()
+
+    def _call(self, name: str, **params: Any) -> Any:
+        start = time.monotonic()
+        out, cached = getattr(self.steps, name)(**params)
+        charge = getattr(out, "charge", None)
+        inside = 0.0 if cached or charge is None else round(charge.wall_seconds, 3)
+        self.timings.append(
+            {
+                "step": name,
+                "split": params.get("split"),
+                "cached": cached,
+                "wall_seconds": round(time.monotonic() - start, 3),
+                "sandbox_wall_seconds": inside,
+            }
+        )
+        return out
+
+    def _charge(self, step: str, iteration: int, key: str, charge: Any, budgeted: bool = True) -> None:
+        """Book a step's charge once per key: the ledger checks every figure and applies the floor."""
+        if key in self.charged:
+            return
+        self.charged.add(key)
+        if budgeted:
+            self.ledger.charge(step, iteration, charge)
+
+    def _limits(self, budgeted: bool, kind: str) -> StepLimits:
+        """What the budget leaves the next step of `kind`; nothing for unbudgeted steps (grading, reference)."""
+        if not budgeted:
+            return StepLimits(None, None, None)
+        return self.ledger.step_limits(self.cfg.sandbox.step_cpu_s, kind)
+
+    # provision -----------------------------------------------------------------------------
+    def provision(self, calibrate: Callable | None = None) -> None:
+        cfg = self.cfg
+        self._log(f"run {self.run_id}: provisioning data and the {cfg.model.name} base model")
+        self.data: DataResult = self._call(
+            "data", key=keys.data_key(cfg.task), task_cfg=cfg.task, cache=str(self.cache)
+        )
+        self.model = self._provision_model(cfg.model)
+        self.data_dir, self.base_dir = Path(self.data.data_dir), Path(self.model.base_dir)
+        self.initial = pipeline.build_system("initial", cfg, self.data_dir, self.store)
+        self._log(f"data {self.data.counts}, base model {self.model.n_params} params")
+        self._log(
+            "FLOPs floor: this machine's engine rates for this model shape (measured once, then cached)"
+        )
+        calibration = (calibrate or flops_floor_calibration)(
+            cfg, self.cache, self.base_dir, self.store / self.initial
+        )
+        self.ledger.floor = floor_of(cfg, calibration)
+        self.rec.write_artifact("calibration.json", calibration)  # the FLOPs floor's rates and machine
+
+    def _provision_model(self, model: ModelConfig) -> ModelResult:
+        return self._call(
+            "model",
+            key=keys.model_key(model, self.data.hashes),
+            model_cfg=model,
+            task_cfg=self.cfg.task,
+            data_dir=self.data.data_dir,
+            cache=str(self.cache),
+            sandbox_cfg=self.cfg.sandbox,
+        )
+
+    # train + play ------------------------------------------------------------------------------
+    def train(self, sid: str, iteration: int, budgeted: bool = True) -> tuple[str, Any]:
+        key = keys.train_key(self.model.hash, part_hashes(self.store / sid), self.cfg.seed)
+        lim = self._limits(budgeted, "train")
+        out = self._call(
+            "train",
+            key=key,
+            snapshot_dir=str(self.store / sid),
+            base_dir=str(self.base_dir),
+            cache=str(self.cache),
+            seed=self.cfg.seed,
+            sandbox_cfg=self.cfg.sandbox,
+            max_flops=lim.max_flops,
+            cpu_seconds=lim.cpu_seconds,
+            gpu_seconds=lim.gpu_seconds,
+        )
+        self._charge("train", iteration, key, out.charge, budgeted)
+        return key, out
+
+    def play(
+        self, system: System, split: str, iteration: int, *, budgeted: bool = True, weights: str | None = None
+    ) -> PlayResult:
+        """Play `system` on `split`; `weights` swaps in other weights (the null model) for the same system."""
+        harness = part_hashes(self.store / system.snapshot)["harness"]
+        key = keys.play_key(
+            system.weights_key,
+            harness,
+            split,
+            self.data.hashes[split],
+            weights is not None,
+            self.cfg.task,
+            self.cfg.engine,
+        )
+        lim = self._limits(budgeted, "infer")
+        # One staging path per (run, trained model): validation, grading and the null check all
+        # mount /model from it, so the mount table names the same host path in every mode.
+        stage = stage_path(self.cache, secret_of(self.cfg.task), self.run_id, system.weights_key)
+        out = self._call(
+            "play",
+            key=key,
+            harness_dir=str(self.store / system.snapshot / "harness"),
+            model_dir=weights or system.weights,
+            split=split,
+            data_dir=str(self.data_dir),
+            task_cfg=self.cfg.task,
+            sandbox_cfg=self.cfg.sandbox,
+            max_flops=lim.max_flops,
+            cpu_seconds=lim.cpu_seconds,
+            gpu_seconds=lim.gpu_seconds,
+            engine_cfg=self.cfg.engine,
+            stage_dir=str(stage),
+        )
+        self._charge(f"play-{split}", iteration, key, out.charge, budgeted)
+        return out
+
+    def evaluate(self, sid: str, iteration: int, turn: TurnOutcome | None) -> Candidate:
+        used_before = self.ledger.used()
+        train_key, trained = self.train(sid, iteration)
+        val = self.play(System(sid, train_key, trained.checkpoint), "val", iteration) if trained.ok else None
+        entry = self._candidate(
+            iteration,
+            sid,
+            turn,
+            train_key=train_key,
+            checkpoint=trained.checkpoint,
+            val_score=val.score if val else None,
+            used_before=used_before,
+            train={
+                "ok": trained.ok,
+                "killed": trained.killed,
+                "returncode": trained.returncode,
+                "summary": trained.summary,
+                "charge": asdict(trained.charge),
+            },
+            val=_val_view(val),
+        )
+        score = "failed" if val is None else f"{val.score:.3f}"
+        self._log(
+            f"iteration {iteration}: val {score}; budget {self.ledger.used():.3g}/{self.ledger.limit:.3g} "
+            f"{self.ledger.unit}"
+        )
+        return entry
+
+    def _candidate(
+        self, iteration: int, sid: str, turn: TurnOutcome | None, used_before: float, **fields: Any
+    ) -> Candidate:
+        """Record one iteration (trained, or rejected untrained when `fields` says so)."""
+        c = Candidate(
+            iteration=iteration,
+            snapshot=sid,
+            parts=part_hashes(self.store / sid),
+            edits=turn.edits if turn and not turn.rejected else {},
+            notes=turn.notes if turn else "initial system",
+            agent=_agent_use(turn),
+            rejected=turn.rejected if turn else None,
+            charge={self.ledger.unit: self.ledger.used() - used_before},
+            budget_after=self.ledger.summary(),
+            **fields,
+        )
+        self.history.append(c)
+        self.rec.write_iteration(c.to_json(), turn.trajectory if turn else [], turn.egress if turn else [])
+        return c
+
+    # research iterations -----------------------------------------------------------------------
+    def iterate(self) -> None:
+        cfg = self.cfg
+        self._log("iteration 0: training and validating the initial system")
+        self.evaluate(self.initial, 0, None)
+        ws = self.rec.dir / "workspace"
+        before = self.initial
+        for it in range(1, cfg.agent.max_iterations + 1):
+            if self.ledger.exhausted():
+                self._log("budget exhausted: stopping the research iterations")
+                break
+            feedback = asdict(
+                Feedback(
+                    task=cfg.task.name,
+                    iteration=it,
+                    max_iterations=cfg.agent.max_iterations,
+                    seed=cfg.seed,
+                    history=[public_view(h) for h in self.history],
+                    budget=self.ledger.summary(),
+                )
+            )
+            key = keys.turn_key(cfg.agent, cfg.task.name, cfg.seed, before, feedback)
+            self._log(f"iteration {it}: {cfg.agent.name} agent turn")
+            turn: TurnOutcome = self._call(
+                "turn",
+                key=key,
+                agent_cfg=cfg.agent,
+                feedback=feedback,
+                before=before,
+                store=str(self.store),
+                workspace=str(ws),
+                data_dir=str(self.data_dir),
+                base_dir=str(self.base_dir),
+                sandbox_cfg=cfg.sandbox,
+                cpu_seconds=self.ledger.cpu_left(),
+                gpu_seconds=self.ledger.gpu_left(),
+            )
+            self._charge("agent", it, key, turn.charge)
+            self._log(f"iteration {it}: {turn.notes} (edits: {sorted(turn.edits)})")
+            if turn.rejected:  # over the caps: nothing to train; the agent reads why next turn
+                self._candidate(
+                    it,
+                    before,
+                    turn,
+                    self.ledger.used(),
+                    train=None,
+                    train_key=None,
+                    checkpoint=None,
+                    val_score=None,
+                    val=None,
+                )
+                self._log(f"iteration {it}: {turn.rejected}")
+            elif not (turn.done and turn.after == before):
+                self.evaluate(turn.after, it, turn)
+                before = turn.after
+            if turn.done:
+                break
+        restore(self.store, before, ws)
+
+    # select, grade, report ---------------------------------------------------------------------
+    def grade(self, system: System, label: str) -> Grade:
+        if system.weights is None:
+            return Grade(test_score=0.0, note="no checkpoint (training failed)")
+        self._log(f"grading the {label} system on the hidden test split")
+        test = self.play(system, "test", -1, budgeted=False)
+        for name, content in test.artifacts.items():  # e.g. SWE-bench report.json files
+            self.rec.write_artifact(f"grading/{label}/{name}", content)
+        grade = Grade(
+            test_score=test.score,
+            n=test.n,
+            answered=test.answered,
+            crashes=test.crashes,
+            denials=test.denials,
+            samples=test.samples,
+            metrics=test.metrics,
+            inference_flops=test.charge.flops,
+            engine=test.engine,
+        )
+        if self.cfg.null_model_check:
+            # The same harness, episodes (ids, order), mounts, paths and environment; only the
+            # weights differ: the checkpoint's own folder with every tensor shuffled (vtb/blind.py).
+            null_dir = null_model(Path(system.weights), self.cache, secret_of(self.cfg.task))
+            null = self.play(system, "test", -1, budgeted=False, weights=str(null_dir))
+            grade.null_model_score, grade.flagged = null.score, null.score > self.cfg.null_model_threshold
+        return grade
+
+    def reference_system(self) -> tuple[System, dict]:
+        """The domain's reference system: its recipe trained here (not charged), or a released model."""
+        sid = pipeline.build_system("reference", self.cfg, self.data_dir, self.store)
+        hub_id = self.cfg.model.reference_hub_id
+        if hub_id:
+            self._log(f"fetching the reference model {hub_id} (not trained)")
+            ref = self._provision_model(reference_model_config(self.cfg.model))
+            system = System(sid, ref.hash, ref.base_dir)
+        else:
+            self._log("training the reference system (not charged to the agent)")
+            key, trained = self.train(sid, -1, budgeted=False)
+            system = System(sid, key, trained.checkpoint)
+        return system, {
+            "snapshot": sid,
+            "train_key": system.weights_key,
+            "checkpoint": system.weights,
+            "model": hub_id,
+        }
+
+    def finish(self) -> dict:
+        chosen = select(self.history)
+        self._log(f"selected iteration {chosen.iteration} (val {chosen.val_score})")
+        grades = {
+            "initial": self.grade(self.history[0].system, "initial"),
+            "submitted": self.grade(chosen.system, "submitted"),
+        }
+        reference = None
+        if self.cfg.reference:
+            system, reference = self.reference_system()
+            grades["reference"] = self.grade(system, "reference")
+        outcome = RunOutcome(self.run_id, self.data, self.model, self.history, chosen, grades, reference)
+        result = self.rec.finish(self.cfg, outcome, self.ledger, self.store)
+        self.rec.write_timings(time.monotonic() - self.t0, self.timings)
+        print(record.summary_table(result), flush=True)
+        return result
+
+
+def flops_floor_calibration(cfg: BenchConfig, cache: Path, base_dir: Path, system_dir: Path) -> dict:
+    """The floor's rates: budget.flops_per_cpu_second for every kind, or calibrated on this base model.
+
+    Keyed by the model's architecture (its config.json) and the trainer config, not the weights:
+    rates depend on shapes, so benches on one model shape share a calibration. The rates are
+    FLOPs per CPU-second of CPU work, so they are measured in a sandbox without GPUs; a model
+    other than the tiny kind is too big for that and is stood in for by the tiny shape
+    (`calibrate.proxy_parts`: a looser floor, recorded as `proxy` in calibration.json).
+    """
+    if cfg.budget.flops_per_cpu_second is not None:
+        return {
+            "cpu_rate": float(cfg.budget.flops_per_cpu_second),
+            "startup_cpu_seconds": 0.0,
+            "machine": {"key": "config"},
+        }
+    from vtb import calibrate
+
+    backend = f"{cfg.sandbox.backend} threads={cfg.sandbox.threads}"
+    sandbox = pipeline.sandbox_for(replace(cfg.sandbox, gpus=None))
+    if cfg.model.kind != "tiny":
+        with tempfile.TemporaryDirectory(prefix="vtb-calibrate-proxy-") as tmp:
+            base, system = calibrate.proxy_parts(Path(tmp))
+            found = calibrate.load_or_calibrate(sandbox, cache, backend, base, system, "proxy-tiny", "proxy")
+        return {**found, "proxy": f"the tiny model shape stands in for model.kind={cfg.model.kind}"}
+    model = hashlib.sha256((base_dir / "config.json").read_bytes()).hexdigest()[:16]
+    trainer = hashlib.sha256((system_dir / "trainer" / "config.json").read_bytes()).hexdigest()[:16]
+    return calibrate.load_or_calibrate(sandbox, cache, backend, base_dir, system_dir, model, trainer)
+
+
+def floor_of(cfg: BenchConfig, calibration: dict) -> FlopsFloor:
+    return FlopsFloor(
+        cpu_rate=calibration["cpu_rate"],
+        fraction=cfg.budget.floor_fraction,
+        gpu_rate=cfg.budget.flops_per_gpu_second,
+        startup_cpu_seconds=calibration.get("startup_cpu_seconds", 0.0),
+        slack_cpu_seconds=cfg.budget.floor_slack_cpu_seconds,
+        machine=calibration["machine"]["key"],
+        train_rate=calibration.get("train_rate"),
+        infer_rate=calibration.get("infer_rate"),
+    )
+
+
+def _agent_use(turn: TurnOutcome | None) -> dict:
+    """What the research agent's turn spent itself (its LLM tokens and cost) and why it ended."""
+    if not turn:
+        return {"tokens": 0, "cost_usd": 0.0, "stopped": None, "egress_requests": 0, "usage": None}
+    return {
+        "tokens": turn.charge.agent_tokens,
+        "cost_usd": round(turn.charge.agent_cost_usd, 6),
+        "stopped": turn.stopped,
+        "egress_requests": len(turn.egress),
+        "usage": turn.usage,
+    }
+
+
+def _val_view(val: PlayResult | None) -> dict | None:
+    if val is None:
+        return None
+    return {
+        "n": val.n,
+        "answered": val.answered,
+        "crashes": val.crashes,
+        "killed": val.killed,
+        "garbage": val.garbage,
+        "charge": asdict(val.charge),
+        "engine": val.engine,
+    }
+
+
+def public_view(entry: Candidate) -> dict:
+    """What the research agent may see of a past iteration."""
+    out = {
+        "iteration": entry.iteration,
+        "snapshot": entry.snapshot,
+        "edits": entry.edits,
+        "notes": entry.notes,
+        "val_score": entry.val_score,
+        "charge": entry.charge,
+    }
+    rejected = entry.rejected or ((entry.train or {}).get("summary") or {}).get("rejected")
+    if rejected:  # the workspace over its caps, or a checkpoint refused by the host
+        out["rejected"] = str(rejected)[:500]
+    return out
+
+
+def reference_model_config(model: ModelConfig) -> ModelConfig:
+    """The model config that provisions a preset's reference instruct model (from the hub, or a local dir)."""
+    return replace(
+        model,
+        name=f"{model.name}-reference",
+        kind="hub",
+        hub_id=model.reference_hub_id,
+        reference_hub_id=None,
+    )
+
+
+def preflight(cfg: BenchConfig) -> None:
+    """Everything that can be checked before any work; a ValueError names the setting and the fix."""
+    check_budget(cfg.budget.unit, cfg.sandbox.gpus)  # a budget that cannot be metered
+    check_gpu_settings(cfg)  # GPU presets without a GPU
+    make_agent(cfg.agent)  # a misconfigured agent (no endpoint, CLI not installed)
+
+
+def check_gpu_settings(cfg: BenchConfig) -> None:
+    """GPU presets without a GPU given to the sandboxes fail here, before any work, naming the fix."""
+    engine_env(cfg.engine.name, cfg.engine.options, cfg.engine.fallback)  # checks the engine name
+    if cfg.sandbox.gpus:
+        return
+    if cfg.model.needs_gpu:
+        raise ValueError(
+            f"model={cfg.model.name} needs a GPU (and a model hub): set sandbox.gpus=0 (or all), "
+            "or use model=tiny / model=smollm2 on a CPU"
+        )
+    ds = cfg.trainer.deepspeed
+    if ds is not None and not ds.cpu:
+        raise ValueError(
+            f"trainer={cfg.trainer.name} launches DeepSpeed on GPUs: set sandbox.gpus=0 (or all), "
+            "or trainer.deepspeed.cpu=true for slow CPU ranks, or trainer=sft"
+        )

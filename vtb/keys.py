@@ -1,0 +1,80 @@
+"""One cache key per step, from exactly what determines its result (DESIGN.md, cache keys).
+
+A step's key is also the name of its output folder (data/<task>-<key>, models/<name>-<key>,
+checkpoints/<key>), so a key and the folder it names cannot disagree. Prefect's default key
+(which includes the flow-run id) is never used: the bench passes these in as `key`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from vtb.agents.prompt import template_digest
+from vtb.config import AgentConfig, EngineConfig, ModelConfig, TaskConfig
+from vtb.domains import salt
+from vtb.hashing import code_version, hash_json
+
+# The source each kind of result depends on; part of its key.
+TRAIN_CODE = ("engine", "models")
+PLAY_CODE = ("engine", "models", "protocol.py", "runner.py", "domains")
+MODEL_CODE = ("models", "engine", "domains")
+DATA_CODE = ("domains",)
+TURN_CODE = ("agents",)
+RESULTS = "typed-1"  # the results' shape (vtb/results.py): a new shape never reads an old cache
+
+
+def data_key(task: TaskConfig) -> str:
+    """A generator change makes a new key and new splits, never the old splits under a new key."""
+    return hash_json(["data", RESULTS, asdict(task), salt.salt_sha256(task), code_version(*DATA_CODE)])
+
+
+def model_key(model: ModelConfig, data_hashes: dict[str, str]) -> str:
+    return hash_json(["model", RESULTS, asdict(model), data_hashes, code_version(*MODEL_CODE)])
+
+
+def train_key(base_hash: str, parts: dict[str, str], seed: int) -> str:
+    """The harness is not in it: a harness-only edit reuses the checkpoint (and is charged once)."""
+    return hash_json(
+        ["train", RESULTS, base_hash, parts["data"], parts["trainer"], seed, code_version(*TRAIN_CODE)]
+    )
+
+
+def play_key(
+    weights_key: str | None,
+    harness_hash: str,
+    split: str,
+    split_hash: str,
+    null_model: bool,
+    task: TaskConfig,
+    engine: EngineConfig,
+) -> str:
+    return hash_json(
+        [
+            "play",
+            RESULTS,
+            weights_key,
+            harness_hash,
+            split,
+            split_hash,
+            null_model,
+            asdict(task),
+            asdict(engine),
+            code_version(*PLAY_CODE),
+        ]
+    )
+
+
+def turn_key(agent: AgentConfig, task: str, seed: int, before: str, feedback: dict) -> str:
+    """The feedback holds the history and the budget: a resumed run replays the agent's past edits."""
+    return hash_json(
+        [
+            "turn",
+            RESULTS,
+            asdict(agent),
+            template_digest(agent, task),
+            seed,
+            before,
+            feedback,
+            code_version(*TURN_CODE),
+        ]
+    )
