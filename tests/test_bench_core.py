@@ -95,17 +95,32 @@ class FakeSteps:
             f"SCORE = {step.get('score', 0.0)}\n# turn {feedback['iteration']}\n"
         )
         after = before if step.get("reject") else snapshot(ws, store)
-        return TurnOutcome(after=after, done=step.get("done", False), notes=f"turn {feedback['iteration']}",
-                           charge=Charge(agent_tokens=TURN_TOKENS), edits=changed_files(store, before, after),
-                           rejected=step.get("reject"))  # fmt: skip
+        return TurnOutcome(
+            after=after,
+            done=step.get("done", False),
+            notes=f"turn {feedback['iteration']}",
+            charge=Charge(agent_tokens=TURN_TOKENS),
+            edits=changed_files(store, before, after),
+            rejected=step.get("reject"),
+        )
 
 
 def config(tmp_path: Path, iterations: int, *extra: str) -> BenchConfig:
-    return compose_config([
-        "agent=noop", f"agent.max_iterations={iterations}", "task.n_pool=300", "task.n_val=10", "task.n_test=10",
-        "task.initial_data_size=50", "+budget.flops_per_cpu_second=1e9", "null_model_check=false",
-        f"runs_dir={tmp_path / 'runs'}", f"cache_dir={tmp_path / 'cache'}", *extra,
-    ])  # fmt: skip
+    return compose_config(
+        [
+            "agent=noop",
+            f"agent.max_iterations={iterations}",
+            "task.n_pool=300",
+            "task.n_val=10",
+            "task.n_test=10",
+            "task.initial_data_size=50",
+            "+budget.flops_per_cpu_second=1e9",
+            "null_model_check=false",
+            f"runs_dir={tmp_path / 'runs'}",
+            f"cache_dir={tmp_path / 'cache'}",
+            *extra,
+        ]
+    )
 
 
 def run(cfg: BenchConfig, fake: FakeSteps) -> tuple[Bench, dict]:

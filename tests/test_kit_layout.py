@@ -32,10 +32,10 @@ VTB_DIR = Path(vtb.__file__).resolve().parent
 # What a hostile command would import to rebuild the test split or read its answers.
 FORBIDDEN = [
     "vtb.config", "vtb.pipeline", "vtb.runner", "vtb.domains.registry", "vtb.domains.common",
-    "vtb.domains.math.generator", "vtb.domains.math.grader", "vtb.domains.math.loaders", "vtb.domains.math.domain",
+    "vtb.domains.math.generator", "vtb.domains.math.grading", "vtb.domains.math.loaders", "vtb.domains.math.domain",
     "vtb.domains.tau.env", "vtb.domains.tau.user", "vtb.domains.tau.db", "vtb.domains.tau.tasks",
     "vtb.domains.tau.tools", "vtb.domains.tau.expert", "vtb.domains.tau.demos", "vtb.domains.tau.loaders",
-    "vtb.domains.terminal.generator", "vtb.domains.terminal.grading", "vtb.domains.terminal.taskdir",
+    "vtb.domains.terminal.generator", "vtb.domains.terminal.grading", "vtb.domains.terminal.loaders",
     "vtb.domains.swe.generator", "vtb.domains.swe.grading", "vtb.domains.swe.patching", "vtb.domains.swe.loaders",
 ]  # fmt: skip
 ALLOWED = [
@@ -118,7 +118,7 @@ def test_research_command_cannot_import_generators_or_graders(backend, data_dir,
     # The orchestrator-side files are not there at all (not just unimportable).
     listing = backend.run(["/bin/sh", "-c", f"ls -A {VTB_DIR} {VTB_DIR}/domains/math"], mounts=mounts,
                           limits=LIMITS).stdout.split()  # fmt: skip
-    assert "config.py" not in listing and "generator.py" not in listing and "grader.py" not in listing
+    assert "config.py" not in listing and "generator.py" not in listing and "grading.py" not in listing
     assert "kit" in listing and "engine" in listing
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from vtb.domains.math.env import MathEnv
 from vtb.domains.math.generator import generate_problems
-from vtb.domains.math.grader import (
+from vtb.domains.math.grading import (
     flexible_extract,
     gsm8k_score,
     last_boxed,

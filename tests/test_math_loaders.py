@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from vtb.domains.math import loaders
-from vtb.domains.math.grader import score
+from vtb.domains.math.grading import score
 
 GSM8K = [
     {

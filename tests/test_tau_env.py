@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 
 from vtb.config import TaskConfig
+from vtb.domains.common import pass_hat_k
 from vtb.domains.tau import demos as datatools
 from vtb.domains.tau import expert
 from vtb.domains.tau.db import make_db
 from vtb.domains.tau.domain import TauDomain
-from vtb.domains.tau.env import MAX_STEPS, TauEpisode, pass_hat_k
+from vtb.domains.tau.env import MAX_STEPS, TauEpisode
 from vtb.domains.tau.kit import prompting
 from vtb.domains.tau.tasks import TEMPLATES, make_tasks, replay
 from vtb.domains.tau.tools import WRITE_TOOLS, hash_db

@@ -65,7 +65,8 @@ def play_key(
 
 
 def turn_key(agent: AgentConfig, task: str, seed: int, before: str, feedback: dict) -> str:
-    """The feedback holds the history and the budget: a resumed run replays the agent's past edits."""
+    """The feedback holds the history and the budget: a resumed run replays the agent's past edits.
+    The domain's proposals (the greedy agent's plan) count like the agent's code."""
     return hash_json(
         [
             "turn",
@@ -75,6 +76,6 @@ def turn_key(agent: AgentConfig, task: str, seed: int, before: str, feedback: di
             seed,
             before,
             feedback,
-            code_version(*TURN_CODE),
+            code_version(*TURN_CODE, f"domains/{task}/kit/proposals.json"),
         ]
     )

@@ -2,7 +2,7 @@
 
 Templates live in conf/prompts/ (the default is research.md; `agent.prompt` picks another,
 relative to conf/ or absolute) with `$name` placeholders; the task's paragraph comes from
-conf/prompts/tasks/<task>.md. Everything filled in is what the agent may know: its own
+its domain, vtb/domains/<task>/prompt.md. Everything filled in is what the agent may know: its own
 feedback (past val scores, edits, budget) and the workspace it can see anyway.
 """
 
@@ -27,7 +27,8 @@ def template_path(cfg: AgentConfig) -> Path:
 
 
 def _task_path(task: str) -> Path:
-    return CONF_DIR / "prompts" / "tasks" / f"{task}.md"
+    """The task's paragraph, provided by its domain (vtb/domains/<task>/prompt.md)."""
+    return Path(__file__).resolve().parents[1] / "domains" / task / "prompt.md"
 
 
 def load_template(cfg: AgentConfig) -> str:

@@ -1,8 +1,10 @@
-"""Layout and tallies shared by the domains whose val/test items stay hidden (tau, terminal, swe).
+"""What every domain uses (orchestrator side): JSONL, the trainer config, workspaces, splits, pass@k/pass^k.
 
-Data dir: research/pool.jsonl (train items in full, mounted at /data for the research agent),
+A workspace: data/train.jsonl, trainer/config.json, harness/ (copied), README.md.
+Data dir of a domain whose val/test items stay hidden (tau, terminal, swe):
+research/pool.jsonl (train items in full, mounted at /data for the research agent),
 research/val.jsonl (val ids and templates only), hidden/{val,test}.jsonl (in full, orchestrator
-only). A workspace: data/train.jsonl, trainer/config.json, harness/ (copied), README.md.
+only). Math shows its val split in full: research/{pool,val}.jsonl, hidden/test.jsonl.
 """
 
 from __future__ import annotations
@@ -12,11 +14,48 @@ import os
 import shutil
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from math import comb
 from pathlib import Path
 
 from vtb.config import TaskConfig, TrainerConfig
 from vtb.domains.kit.jsonl import read_jsonl, write_jsonl
-from vtb.domains.math.domain import trainer_dict
+
+__all__ = ["read_jsonl", "write_jsonl"]  # the kits' JSONL helpers, for the orchestrator side too
+
+
+def trainer_dict(trainer: TrainerConfig) -> dict:
+    """The initial trainer config as vtb.engine.sft reads it (trainer/config.json)."""
+    out = {
+        "method": trainer.method,
+        "lr": trainer.lr,
+        "epochs": trainer.epochs,
+        "max_steps": trainer.max_steps,
+        "batch_size": trainer.batch_size,
+        "weight_decay": trainer.weight_decay,
+        "warmup_steps": trainer.warmup_steps,
+        "lr_schedule": trainer.lr_schedule,
+        "max_length": trainer.max_length,
+    }
+    if trainer.method == "lora":
+        out["lora"] = {
+            "r": trainer.lora.r,
+            "alpha": trainer.lora.alpha,
+            "dropout": trainer.lora.dropout,
+            "target_modules": trainer.lora.target_modules,
+        }
+    if trainer.deepspeed is not None:
+        out["deepspeed"] = asdict(trainer.deepspeed)
+    return out
+
+
+def write_workspace(ws: Path, rows: list[dict], trainer: dict, harness_dir: Path, readme: str) -> None:
+    """The four pieces of a system's workspace: SFT rows, trainer config, harness folder, README."""
+    write_jsonl(ws / "data" / "train.jsonl", rows)
+    (ws / "trainer").mkdir(parents=True, exist_ok=True)
+    (ws / "trainer" / "config.json").write_text(json.dumps(trainer, indent=2) + "\n")
+    shutil.copytree(harness_dir, ws / "harness", dirs_exist_ok=True)
+    (ws / "README.md").write_text(readme)
 
 
 def write_splits(
@@ -49,12 +88,9 @@ def write_system(
 ) -> None:
     """A workspace: `make_rows(train pool, n, seed, flawed=flawed)` as data/train.jsonl, the
     trainer config, a copy of the harness folder and the README."""
-    rows = make_rows(read_split(data_dir, "pool"), n, seed, flawed=flawed)
-    write_jsonl(ws / "data" / "train.jsonl", rows)
-    (ws / "trainer").mkdir(parents=True, exist_ok=True)
-    (ws / "trainer" / "config.json").write_text(json.dumps(trainer, indent=2) + "\n")
-    shutil.copytree(harness_dir, ws / "harness", dirs_exist_ok=True)
-    (ws / "README.md").write_text(readme)
+    write_workspace(
+        ws, make_rows(read_split(data_dir, "pool"), n, seed, flawed=flawed), trainer, harness_dir, readme
+    )
 
 
 class RowSystems:
@@ -93,6 +129,28 @@ def tally(episodes: list, task_of) -> tuple[dict[str, list[bool]], dict[str, flo
         by_template.setdefault(task.get("template", "?"), []).append(r)
     means = {k: round(sum(v) / len(v), 3) for k, v in sorted(by_template.items())}
     return by_task, means, min((len(v) for v in by_task.values()), default=0)
+
+
+def pass_hat_k(successes: dict[str, list[bool]], k: int) -> float:
+    """tau-bench's pass^k: mean over tasks of C(c, k) / C(n, k) (c successes in n trials)."""
+    return _mean_over_tasks(successes, k, lambda n, c: comb(c, k) / comb(n, k))
+
+
+def pass_at_k(successes: dict[str, list[bool]], k: int) -> float:
+    """Unbiased pass@k (Chen et al. 2021): mean over tasks of 1 - C(n-c, k) / C(n, k)."""
+    return _mean_over_tasks(successes, k, lambda n, c: 1.0 - comb(n - c, k) / comb(n, k))
+
+
+def _mean_over_tasks(
+    successes: dict[str, list[bool]], k: int, estimate: Callable[[int, int], float]
+) -> float:
+    values = []
+    for task, results in successes.items():
+        n, c = len(results), sum(results)
+        if n < k:
+            raise ValueError(f"task {task} has {n} trials, fewer than k={k}")
+        values.append(estimate(n, c))
+    return sum(values) / max(1, len(values))
 
 
 # Hidden-test grading (terminal, swe) is a sandboxed pytest run per episode, mostly interpreter

@@ -7,13 +7,11 @@ hidden test split, which no sandbox can rebuild.
 
 from __future__ import annotations
 
-import json
 import random
-import shutil
 from pathlib import Path
 
 from vtb.config import TaskConfig, TrainerConfig
-from vtb.domains import salt
+from vtb.domains import common, salt
 from vtb.domains.math import generator, loaders
 from vtb.domains.math.env import MathEnv, MathEpisode
 from vtb.domains.math.kit import datatools
@@ -104,20 +102,14 @@ class MathDomain:
             if rng.random() < task.initial_noise:
                 problem = {**problem, "answer": generator.corrupt(problem["answer"], rng)}
             rows.append(datatools.to_sft_row(problem))
-        datatools.write_jsonl(ws / "data" / "train.jsonl", rows)
-        (ws / "trainer").mkdir(parents=True, exist_ok=True)
-        (ws / "trainer" / "config.json").write_text(json.dumps(trainer_dict(trainer), indent=2) + "\n")
-        shutil.copytree(HARNESSES / "initial", ws / "harness", dirs_exist_ok=True)
-        (ws / "README.md").write_text(WORKSPACE_README)
+        common.write_workspace(
+            ws, rows, common.trainer_dict(trainer), HARNESSES / "initial", WORKSPACE_README
+        )
 
     def write_reference_system(self, ws: Path, task: TaskConfig, data_dir: Path) -> None:
         pool = self.split(data_dir, "pool")
         rows = [datatools.to_sft_row(p) for p in pool[:REFERENCE_DATA_ROWS]]
-        datatools.write_jsonl(ws / "data" / "train.jsonl", rows)
-        (ws / "trainer").mkdir(parents=True, exist_ok=True)
-        (ws / "trainer" / "config.json").write_text(json.dumps(REFERENCE_TRAINER, indent=2) + "\n")
-        shutil.copytree(HARNESSES / "calculator", ws / "harness", dirs_exist_ok=True)
-        (ws / "README.md").write_text(WORKSPACE_README)
+        common.write_workspace(ws, rows, REFERENCE_TRAINER, HARNESSES / "calculator", WORKSPACE_README)
 
     def episodes(self, data_dir: Path, split: str, task: TaskConfig, sandbox=None) -> list[MathEpisode]:
         return [MathEpisode(item, task.metric, self.env) for item in self.split(data_dir, split)]
@@ -127,30 +119,3 @@ class MathDomain:
 
     def start_message(self, item: dict) -> dict:
         return self.env.start_message(item)
-
-
-def trainer_dict(trainer: TrainerConfig) -> dict:
-    """The initial trainer config as vtb.engine.sft reads it."""
-    out = {
-        "method": trainer.method,
-        "lr": trainer.lr,
-        "epochs": trainer.epochs,
-        "max_steps": trainer.max_steps,
-        "batch_size": trainer.batch_size,
-        "weight_decay": trainer.weight_decay,
-        "warmup_steps": trainer.warmup_steps,
-        "lr_schedule": trainer.lr_schedule,
-        "max_length": trainer.max_length,
-    }
-    if trainer.method == "lora":
-        out["lora"] = {
-            "r": trainer.lora.r,
-            "alpha": trainer.lora.alpha,
-            "dropout": trainer.lora.dropout,
-            "target_modules": trainer.lora.target_modules,
-        }
-    if trainer.deepspeed is not None:
-        from dataclasses import asdict
-
-        out["deepspeed"] = asdict(trainer.deepspeed)
-    return out

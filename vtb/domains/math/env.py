@@ -6,7 +6,7 @@ or solution field can ever reach the harness, whatever the problem dict carries.
 
 from __future__ import annotations
 
-from vtb.domains.math import grader
+from vtb.domains.math import grading
 from vtb.runner import SingleTurn
 
 
@@ -30,7 +30,7 @@ class MathEnv:
         content = action.get("content")
         if not isinstance(content, str):
             return 0.0
-        return grader.score(content, problem, metric)
+        return grading.score(content, problem, metric)
 
 
 class MathEpisode(SingleTurn):

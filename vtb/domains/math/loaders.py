@@ -1,7 +1,7 @@
 """Loaders for the real math data sets: GSM8K, MATH-500 and AIME.
 
 Each returns normalised records {"id", "question", "answer", "source"} whose "answer" is what
-grader.score expects for that source: the full GSM8K solution (strict/flexible metrics read
+grading.score expects for that source: the full GSM8K solution (strict/flexible metrics read
 its `#### N`), or the short final answer of MATH-500/AIME (boxed metric). A source is a local
 file (.jsonl, .json or .parquet, in the data set's own Hugging Face schema) or an HF dataset
 name; schema errors name the file, the column and the expected schema, because a silently
@@ -98,7 +98,7 @@ def load_gsm8k(source: str, split: str = "test") -> list[dict]:
 
 
 def load_math500(source: str, split: str = "test") -> list[dict]:
-    """MATH-500 rows; "answer" is the short final answer (compare with grader.boxed_score)."""
+    """MATH-500 rows; "answer" is the short final answer (compare with grading.boxed_score)."""
     out = []
     for i, row in enumerate(_rows(source, "math500", None, split)):
         problem = _column(row, ("problem",), source, "math500", i)

@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 from pathlib import Path
 
 from vtb.config import TaskConfig, TrainerConfig
 from vtb.domains import common, salt
 from vtb.domains.kit.jsonl import read_jsonl, write_jsonl
-from vtb.domains.math.domain import trainer_dict
 from vtb.domains.registry import register_domain
 from vtb.domains.tau import db as dbgen
 from vtb.domains.tau import demos as demotools
 from vtb.domains.tau import tasks, tools, user
-from vtb.domains.tau.env import TauEpisode, pass_hat_k
+from vtb.domains.tau.env import TauEpisode
 from vtb.domains.tau.kit import datatools, prompting
 
 HERE = Path(__file__).parent
@@ -130,7 +128,10 @@ class TauDomain:
         demos = demotools.make_demos(pool, self.db(data_dir), task.initial_data_size, seed=task.data_seed,
                                      flawed=task.initial_noise)  # fmt: skip
         self._write(
-            ws, demos, trainer_dict(trainer) | {"max_length": max(trainer.max_length, MIN_POSITIONS)}, "plain"
+            ws,
+            demos,
+            common.trainer_dict(trainer) | {"max_length": max(trainer.max_length, MIN_POSITIONS)},
+            "plain",
         )
 
     def write_reference_system(self, ws: Path, task: TaskConfig, data_dir: Path) -> None:
@@ -139,12 +140,8 @@ class TauDomain:
         self._write(ws, demos, REFERENCE_TRAINER, "repair")
 
     def _write(self, ws: Path, demos: list[dict], trainer: dict, harness: str) -> None:
-        write_jsonl(ws / "data" / "trajectories.jsonl", demos)
-        write_jsonl(ws / "data" / "train.jsonl", datatools.sft_rows(demos))
-        (ws / "trainer").mkdir(parents=True, exist_ok=True)
-        (ws / "trainer" / "config.json").write_text(json.dumps(trainer, indent=2) + "\n")
-        shutil.copytree(HARNESSES / harness, ws / "harness", dirs_exist_ok=True)
-        (ws / "README.md").write_text(WORKSPACE_README)
+        write_jsonl(ws / "data" / "trajectories.jsonl", demos)  # the demonstrations the rows render
+        common.write_workspace(ws, datatools.sft_rows(demos), trainer, HARNESSES / harness, WORKSPACE_README)
 
     # --- episodes and scores ----------------------------------------------------------------
     def episodes(self, data_dir: Path, split: str, task: TaskConfig, sandbox=None) -> list[TauEpisode]:
@@ -162,7 +159,10 @@ class TauDomain:
 
     def metrics(self, episodes: list[TauEpisode], task: TaskConfig) -> dict:
         by_task, by_template, trials = common.tally(episodes, lambda ep: ep.task)
-        out = {f"pass^{k}": round(pass_hat_k(by_task, k), 4) for k in range(1, min(trials, task.pass_k) + 1)}
+        out = {
+            f"pass^{k}": round(common.pass_hat_k(by_task, k), 4)
+            for k in range(1, min(trials, task.pass_k) + 1)
+        }
         out["by_template"] = by_template
         out["finished"] = sum(ep.finished for ep in episodes)
         out["timeouts"] = sum(ep.timeout for ep in episodes)

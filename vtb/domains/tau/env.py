@@ -11,7 +11,6 @@ messages (case-insensitive, commas removed).
 from __future__ import annotations
 
 import json
-from math import comb
 
 from vtb.domains.tau.tools import TOOL_SCHEMAS, call_tool, hash_db
 from vtb.domains.tau.user import STOP
@@ -111,14 +110,3 @@ class TauEpisode:
         return {"id": self.id, "task": self.task["id"], "trial": self.trial, "reward": self.reward(),
                 "finished": self.finished, "timeout": self.timeout, "failure": self.failure,
                 "steps": self.steps, "messages": self.messages}  # fmt: skip
-
-
-def pass_hat_k(successes: dict[str, list[bool]], k: int) -> float:
-    """tau-bench's pass^k: mean over tasks of C(c, k) / C(n, k) (c successes in n trials)."""
-    values = []
-    for task, results in successes.items():
-        n, c = len(results), sum(results)
-        if n < k:
-            raise ValueError(f"task {task} has {n} trials, fewer than k={k}")
-        values.append(comb(c, k) / comb(n, k))
-    return sum(values) / max(1, len(values))

@@ -15,8 +15,8 @@ from pathlib import Path
 from vtb.config import TaskConfig
 from vtb.domains import common, salt
 from vtb.domains.registry import register_domain
-from vtb.domains.terminal import generator, taskdir
-from vtb.domains.terminal.env import TerminalEpisode, pass_at_k
+from vtb.domains.terminal import generator, loaders
+from vtb.domains.terminal.env import TerminalEpisode
 from vtb.domains.terminal.kit import datatools
 
 HARNESSES = Path(__file__).parent / "kit" / "harnesses"
@@ -60,7 +60,7 @@ class TerminalDomain(common.RowSystems):
         else:
             test, val, pool = _real_splits(task)
         for t in pool:
-            taskdir.write_task(t, out / "research" / "tasks" / t["id"])
+            loaders.write_task(t, out / "research" / "tasks" / t["id"])
         return common.write_splits(out, pool, val, test, public=("id", "template"))
 
     def split(self, data_dir: Path, name: str) -> list[dict]:
@@ -104,7 +104,10 @@ class TerminalDomain(common.RowSystems):
 
     def metrics(self, episodes: list[TerminalEpisode], task: TaskConfig) -> dict:
         by_task, by_template, trials = common.tally(episodes, lambda ep: ep.task)
-        out = {f"pass@{k}": round(pass_at_k(by_task, k), 4) for k in range(1, min(trials, task.pass_k) + 1)}
+        out = {
+            f"pass@{k}": round(common.pass_at_k(by_task, k), 4)
+            for k in range(1, min(trials, task.pass_k) + 1)
+        }
         out["by_template"] = by_template
         out["commands"] = sum(len(ep.history) for ep in episodes)
         out["declared_done"] = sum(ep.finished for ep in episodes)
@@ -117,4 +120,4 @@ def _real_splits(task: TaskConfig) -> tuple[list[dict], list[dict], list[dict]]:
     """Terminal-Bench / Harbor task folders under task.path, cut into splits (test by the salt)."""
     if not task.path:
         raise ValueError("task.source=terminal_bench needs task.path=<folder of task folders>")
-    return salt.cut_records(taskdir.load_tasks(Path(task.path)), task)
+    return salt.cut_records(loaders.load_tasks(Path(task.path)), task)

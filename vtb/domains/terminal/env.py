@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import shutil
 import time
-from math import comb
 from pathlib import Path
 
 from vtb.domains.common import BackgroundGrade
@@ -128,14 +127,3 @@ class TerminalEpisode:
         return {"id": self.id, "task": self.task["id"], "trial": self.trial, "reward": self.reward(),
                 "finished": self.finished, "timeout": self.timeout, "failure": self.failure,
                 "history": self.history, "tests": statuses, "test_log_tail": log[-2000:]}  # fmt: skip
-
-
-def pass_at_k(results: dict[str, list[bool]], k: int) -> float:
-    """Unbiased pass@k (Chen et al. 2021): mean over tasks of 1 - C(n-c, k) / C(n, k)."""
-    values = []
-    for task, res in results.items():
-        n, c = len(res), sum(res)
-        if n < k:
-            raise ValueError(f"task {task} has {n} trials, fewer than k={k}")
-        values.append(1.0 - comb(n - c, k) / comb(n, k))
-    return sum(values) / max(1, len(values))

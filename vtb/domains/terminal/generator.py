@@ -10,7 +10,7 @@ and every value it needs (paths, words, numbers) appears literally in the instru
 The hidden tests (tests/test_outputs.py) check only the final state under /app, with the
 standard library and pytest; they fail on the untouched /app and on a near miss (each builder
 also returns such a `wrong` solution, which `check_task` proves fails). Task dicts follow
-taskdir.py's schema, so generated and published tasks share one grading path.
+loaders.py's schema, so generated and published tasks share one grading path.
 """
 
 from __future__ import annotations
@@ -468,8 +468,8 @@ def check_task(task: dict, sandbox: Sandbox, wrong: str | None = None) -> None:
     the `wrong` solution must not.
     """
     from vtb.domains.terminal.grading import resolved, run_tests
+    from vtb.domains.terminal.loaders import write_app
     from vtb.domains.terminal.shell import ShellSession
-    from vtb.domains.terminal.taskdir import write_app
 
     limits = Limits(wall_seconds=60, cpu_seconds=60)
     cases = [("solution", task["solution"], True), ("empty action", None, False)]

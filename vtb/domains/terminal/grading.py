@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from vtb.domains.terminal.taskdir import write_files
+from vtb.domains.terminal.loaders import write_files
 from vtb.sandbox.base import Limits, Mount, Sandbox
 from vtb.sandbox.runtime import runtime_mounts
 

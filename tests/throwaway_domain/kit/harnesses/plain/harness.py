@@ -1,0 +1,25 @@
+"""The model reverses the word (the tiny model cannot)."""
+
+import json
+import os
+from pathlib import Path
+
+from vtb.engine.select import open_engine
+from vtb.protocol import serve
+
+CONFIG = json.loads((Path(__file__).parent / "config.json").read_text())
+
+
+def main() -> None:
+    engine = open_engine(os.environ["VTB_MODEL_DIR"])
+
+    def policy(batch: list[dict]) -> list[dict]:
+        prompts = [f"reverse : {' '.join(m['observation']['word'])} :" for m in batch]
+        outputs = engine.generate(prompts, max_new_tokens=CONFIG["max_new_tokens"])
+        return [{"type": "answer", "content": text.replace(" ", "")} for text in outputs]
+
+    serve(policy)
+
+
+if __name__ == "__main__":
+    main()
