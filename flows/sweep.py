@@ -192,9 +192,16 @@ def nightly_sweep(
     (the scheduled date, UTC): each night gets its own leaderboard, a rerun on the same date
     resumes into the same records. `cache_dir` is shared, so unchanged steps come from cache.
     """
-    cfg = SweepConfig(tasks=list(tasks), agents=list(agents), seeds=[int(s) for s in seeds],
-                      overrides=list(overrides), runs_dir=nightly_runs_dir(runs_dir, date_subdir),
-                      cache_dir=cache_dir, max_parallel=max_parallel, gpus=[str(g) for g in gpus])  # fmt: skip
+    cfg = SweepConfig(
+        tasks=list(tasks),
+        agents=list(agents),
+        seeds=[int(s) for s in seeds],
+        overrides=list(overrides),
+        runs_dir=nightly_runs_dir(runs_dir, date_subdir),
+        cache_dir=cache_dir,
+        max_parallel=max_parallel,
+        gpus=[str(g) for g in gpus],
+    )
     return _sweep(cfg)
 
 

@@ -68,8 +68,16 @@ def episodes_per_second(record: Path, n: int) -> None:
 
     def play(msgs: list[dict], chunk: int) -> tuple[int, float]:
         start = time.monotonic()
-        out = runner.play(sandbox, sub / "harness", sub / "model", msgs, limits=limits, round_timeout_s=600,
-                          per_episode_timeout_s=5, chunk=chunk)  # fmt: skip
+        out = runner.play(
+            sandbox,
+            sub / "harness",
+            sub / "model",
+            msgs,
+            limits=limits,
+            round_timeout_s=600,
+            per_episode_timeout_s=5,
+            chunk=chunk,
+        )
         return len(out.actions), time.monotonic() - start
 
     # One harness process serves all rounds; its start (python, torch, model load) is paid once.

@@ -30,8 +30,11 @@ def main() -> int:
     parser.add_argument("--gpu", default="0", help="the GPU index to use")
     parser.add_argument("--out", type=Path, default=Path("/tmp/vtb-gpu-smoke"))
     parser.add_argument("--prompts", type=int, default=256, help="prompts for the throughput figure")
-    parser.add_argument("--cpu", action="store_true",
-                        help="check this script's plumbing without a GPU: DeepSpeed on a CPU rank, vLLM falls back")  # fmt: skip
+    parser.add_argument(
+        "--cpu",
+        action="store_true",
+        help="check this script's plumbing without a GPU: DeepSpeed on a CPU rank, vLLM falls back",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     figures: dict = {}
@@ -64,9 +67,12 @@ def main() -> int:
     from vtb.sandbox.base import Limits
 
     gpu = None if args.cpu else args.gpu
-    figures["versions"] = {"torch": torch.__version__, "deepspeed": deepspeed.__version__,
-                           "vllm": vllm.__version__ if vllm else None,
-                           "gpu": torch.cuda.get_device_name(int(gpu)) if gpu else "none (--cpu)"}  # fmt: skip
+    figures["versions"] = {
+        "torch": torch.__version__,
+        "deepspeed": deepspeed.__version__,
+        "vllm": vllm.__version__ if vllm else None,
+        "gpu": torch.cuda.get_device_name(int(gpu)) if gpu else "none (--cpu)",
+    }
     say(f"versions {figures['versions']}")
     task = TaskConfig(n_pool=2000, n_val=200, n_test=50, initial_data_size=400, initial_noise=0.0)
     sandbox_cfg = SandboxConfig(threads=8, step_wall_s=600, step_cpu_s=3600, gpus=gpu)
@@ -75,8 +81,12 @@ def main() -> int:
         if args.cpu
         else DeepSpeedConfig(stage=2, gpus=1)
     )
-    cfg = BenchConfig(task=task, model=ModelConfig(), sandbox=sandbox_cfg,
-                      trainer=TrainerConfig(epochs=3, lr=2e-3, deepspeed=ds))  # fmt: skip
+    cfg = BenchConfig(
+        task=task,
+        model=ModelConfig(),
+        sandbox=sandbox_cfg,
+        trainer=TrainerConfig(epochs=3, lr=2e-3, deepspeed=ds),
+    )
     cache = args.out / "cache"
     cache.mkdir(exist_ok=True)
     data = pipeline.provision_data(task, cache)
@@ -91,29 +101,53 @@ def main() -> int:
     sid = pipeline.build_system("initial", cfg, data_dir, store)
     sandbox = pipeline.sandbox_for(sandbox_cfg)
     limits = Limits(wall_seconds=600, cpu_seconds=3600)
-    trained = runner.train(sandbox, store / sid, base, cache / "train", seed=0, limits=limits,
-                           echo=lambda line: print(f"  [train] {line}", flush=True))  # fmt: skip
+    trained = runner.train(
+        sandbox,
+        store / sid,
+        base,
+        cache / "train",
+        seed=0,
+        limits=limits,
+        echo=lambda line: print(f"  [train] {line}", flush=True),
+    )
     if not trained.ok:
         print(trained.log[-4000:], file=sys.stderr)
         say(f"DeepSpeed training failed (rc {trained.returncode}, killed {trained.killed})")
         return 1
     checkpoint = cache / "train" / "checkpoint"
-    figures["train"] = {"steps": trained.summary["steps"], "tokens": trained.summary["tokens"],
-                        "final_loss": trained.summary["final_loss"], "wall_s": round(trained.charge.wall_seconds, 1),
-                        "gpu_seconds": round(trained.charge.gpu_seconds, 1),
-                        "cpu_seconds": round(trained.charge.cpu_seconds, 1)}  # fmt: skip
+    figures["train"] = {
+        "steps": trained.summary["steps"],
+        "tokens": trained.summary["tokens"],
+        "final_loss": trained.summary["final_loss"],
+        "wall_s": round(trained.charge.wall_seconds, 1),
+        "gpu_seconds": round(trained.charge.gpu_seconds, 1),
+        "cpu_seconds": round(trained.charge.cpu_seconds, 1),
+    }
     say(f"trained with DeepSpeed ZeRO-2: {figures['train']}")
 
     domain = get_domain("math")
     figures["grade"] = {}
     for name in ("vllm", "transformers"):
         episodes = domain.episodes(data_dir, "val", task, sandbox=sandbox)
-        out = runner.play(sandbox, store / sid / "harness", checkpoint, episodes, limits=limits,
-                          round_timeout_s=300, per_episode_timeout_s=1.0, env=engine_env(name, {}, fallback=args.cpu))  # fmt: skip
+        out = runner.play(
+            sandbox,
+            store / sid / "harness",
+            checkpoint,
+            episodes,
+            limits=limits,
+            round_timeout_s=300,
+            per_episode_timeout_s=1.0,
+            env=engine_env(name, {}, fallback=args.cpu),
+        )
         score = sum(ep.reward() for ep in episodes) / len(episodes)
-        figures["grade"][name] = {"engine_ran": out.engine, "val_score": round(score, 4), "answered": len(out.actions),
-                                  "wall_s": round(out.charge.wall_seconds, 1), "gpu_seconds": round(out.charge.gpu_seconds, 1),
-                                  "flops": out.charge.flops}  # fmt: skip
+        figures["grade"][name] = {
+            "engine_ran": out.engine,
+            "val_score": round(score, 4),
+            "answered": len(out.actions),
+            "wall_s": round(out.charge.wall_seconds, 1),
+            "gpu_seconds": round(out.charge.gpu_seconds, 1),
+            "flops": out.charge.flops,
+        }
         say(f"graded val on {name}: {figures['grade'][name]}")
 
     figures["throughput"] = throughput(checkpoint, data_dir, args.prompts, say, with_vllm=not args.cpu)
@@ -142,10 +176,14 @@ def throughput(checkpoint: Path, data_dir: Path, n: int, say, with_vllm: bool = 
         texts = engine.generate(prompts, max_new_tokens=40, batch_size=256)
         seconds = time.monotonic() - start
         used = engine.last_usage
-        out[name] = {"prompts": len(prompts), "generated_tokens": used["generated_tokens"], "seconds": round(seconds, 3),
-                     "generated_tokens_per_s": round(used["generated_tokens"] / seconds, 1),
-                     "all_tokens_per_s": round((used["generated_tokens"] + used["prompt_tokens"]) / seconds, 1),
-                     "texts": texts[:3]}  # fmt: skip
+        out[name] = {
+            "prompts": len(prompts),
+            "generated_tokens": used["generated_tokens"],
+            "seconds": round(seconds, 3),
+            "generated_tokens_per_s": round(used["generated_tokens"] / seconds, 1),
+            "all_tokens_per_s": round((used["generated_tokens"] + used["prompt_tokens"]) / seconds, 1),
+            "texts": texts[:3],
+        }
         say(f"throughput {name}: {out[name]['generated_tokens_per_s']} generated tokens/s")
         del engine
     if with_vllm:
@@ -159,7 +197,8 @@ def throughput(checkpoint: Path, data_dir: Path, n: int, say, with_vllm: bool = 
 def table(f: dict) -> str:
     g, t = f["grade"], f["throughput"]
     lines = [
-        "| what | transformers | vllm |", "| --- | --- | --- |",
+        "| what | transformers | vllm |",
+        "| --- | --- | --- |",
         f"| val score (initial harness, DeepSpeed-trained) | {g['transformers']['val_score']} | {g['vllm']['val_score']} |",
         f"| grading wall s | {g['transformers']['wall_s']} | {g['vllm']['wall_s']} |",
         f"| grading GPU-seconds charged | {g['transformers']['gpu_seconds']} | {g['vllm']['gpu_seconds']} |",
@@ -167,7 +206,7 @@ def table(f: dict) -> str:
         f"| generated tokens/s ({t['vllm']['prompts']} prompts) | {t['transformers']['generated_tokens_per_s']} | {t['vllm']['generated_tokens_per_s']} |",
         f"\nDeepSpeed ZeRO-2 training: {f['train']['steps']} steps, {f['train']['tokens']} tokens, "
         f"{f['train']['wall_s']} s wall, {f['train']['gpu_seconds']} GPU-seconds charged, loss {f['train']['final_loss']:.3f}",
-    ]  # fmt: skip
+    ]
     return "\n".join(lines)
 
 

@@ -26,8 +26,10 @@ def text(content: str, **usage: int) -> Reply:
 
 def tool_call(name: str, call_id: str = "call_1", usage: dict | None = None, **arguments: object) -> Reply:
     call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
-    return Reply(message={"role": "assistant", "content": None, "tool_calls": [call]},
-                 usage=usage or {"prompt_tokens": 1000, "completion_tokens": 50})  # fmt: skip
+    return Reply(
+        message={"role": "assistant", "content": None, "tool_calls": [call]},
+        usage=usage or {"prompt_tokens": 1000, "completion_tokens": 50},
+    )
 
 
 def error(status: int) -> Reply:
@@ -72,8 +74,12 @@ class _Handler(BaseHTTPRequestHandler):
         )
         reply = self.server.next_reply(body)
         if reply.status == 200:
-            out = {"id": "chatcmpl-test", "object": "chat.completion", "model": body.get("model"),
-                   "choices": [{"index": 0, "message": reply.message, "finish_reason": "stop"}]}  # fmt: skip
+            out = {
+                "id": "chatcmpl-test",
+                "object": "chat.completion",
+                "model": body.get("model"),
+                "choices": [{"index": 0, "message": reply.message, "finish_reason": "stop"}],
+            }
             if reply.usage is not None:
                 out["usage"] = reply.usage
         else:

@@ -59,10 +59,19 @@ def needs_bwrap():
 
 
 SMALL_OVERRIDES = [
-    "task.n_pool=600", "task.n_val=40", "task.n_test=60", "task.max_steps=2", "task.initial_data_size=120",
-    "model.n_layer=2", "model.n_embd=64", "model.pretrain_steps=40", "model.pretrain_texts=2000",
-    "budget.limit=5e12", "reference=false", "null_model_check=false",
-]  # fmt: skip
+    "task.n_pool=600",
+    "task.n_val=40",
+    "task.n_test=60",
+    "task.max_steps=2",
+    "task.initial_data_size=120",
+    "model.n_layer=2",
+    "model.n_embd=64",
+    "model.pretrain_steps=40",
+    "model.pretrain_texts=2000",
+    "budget.limit=5e12",
+    "reference=false",
+    "null_model_check=false",
+]
 
 
 @pytest.fixture(scope="session")
@@ -183,8 +192,18 @@ def toy_model_dir(tmp_path_factory):
     from vtb.models.toy import build_toy_model
 
     out = tmp_path_factory.mktemp("toy") / "model"
-    return build_toy_model(out, steps=40, n_texts=300, batch_size=16, lr=5e-3, progress=lambda s: None,
-                           n_layer=2, n_embd=64, n_head=2, n_positions=128)  # fmt: skip
+    return build_toy_model(
+        out,
+        steps=40,
+        n_texts=300,
+        batch_size=16,
+        lr=5e-3,
+        progress=lambda s: None,
+        n_layer=2,
+        n_embd=64,
+        n_head=2,
+        n_positions=128,
+    )
 
 
 def bare_research_env(tmp_path, backend: str, trainer: dict | None = None, limits: tuple = (60, 60)):

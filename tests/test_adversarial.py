@@ -55,8 +55,14 @@ def _bench(tmp_path: Path, backend: str) -> tuple[subprocess.CompletedProcess, i
     env = {**os.environ, SECRET_VAR: f"orchestrator-secret-{uuid.uuid4().hex}"}
     env.pop("PREFECT_API_URL", None)  # its own temporary server: the test's may be gone by then
     log = (tmp_path / "bench.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "flows.bench", *overrides], cwd=ROOT, env=env,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows.bench", *overrides],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     # A hung orchestrator (a FIFO read, say) is a failure, not a stuck CI: kill it past the limit.
     timer = threading.Timer(BENCH_TIMEOUT_S, os.killpg, (proc.pid, signal.SIGKILL))
     timer.start()
@@ -134,8 +140,12 @@ def test_hostile_agent_gains_nothing(tmp_path, backend) -> None:
     # orchestrator-only value and no hidden test question in what the agent's side holds.
     secret = done.secret.encode()
     questions = [row["question"].encode() for row in test_rows]
-    agent_side = [run_dir / "workspace", run_dir / "submission", tmp_path / "cache" / "snapshots",
-                  tmp_path / "cache" / "checkpoints"]  # fmt: skip
+    agent_side = [
+        run_dir / "workspace",
+        run_dir / "submission",
+        tmp_path / "cache" / "snapshots",
+        tmp_path / "cache" / "checkpoints",
+    ]
     apparent = 0
     for root in (tmp_path / "runs", tmp_path / "cache"):
         for path, st in _files(root):

@@ -29,12 +29,31 @@ def env(tmp_path: Path) -> SandboxResearchEnv:
     (ws / "trainer" / "config.json").write_text(json.dumps({"lr": 0.001, "epochs": 2}))
     (ws / "data" / "train.jsonl").write_text('{"prompt": "1+1", "completion": " 2"}\n')
     (data / "research" / "val.jsonl").write_text("{}\n")
-    fb = Feedback(task="math", iteration=1, max_iterations=3, seed=0,
-                  history=[{"iteration": 0, "snapshot": "s0", "edits": {}, "notes": "initial system",
-                            "val_score": 0.25, "charge": {}}],
-                  budget={"unit": "flops", "limit": 1e13, "used": 1e12, "left": 9e12})  # fmt: skip
-    return SandboxResearchEnv(ws, tmp_path / "store", fb, make_sandbox("bwrap"),
-                              research_mounts(ws, data, base), Limits(wall_seconds=60, cpu_seconds=60))  # fmt: skip
+    fb = Feedback(
+        task="math",
+        iteration=1,
+        max_iterations=3,
+        seed=0,
+        history=[
+            {
+                "iteration": 0,
+                "snapshot": "s0",
+                "edits": {},
+                "notes": "initial system",
+                "val_score": 0.25,
+                "charge": {},
+            }
+        ],
+        budget={"unit": "flops", "limit": 1e13, "used": 1e12, "left": 9e12},
+    )
+    return SandboxResearchEnv(
+        ws,
+        tmp_path / "store",
+        fb,
+        make_sandbox("bwrap"),
+        research_mounts(ws, data, base),
+        Limits(wall_seconds=60, cpu_seconds=60),
+    )
 
 
 @pytest.fixture
@@ -65,14 +84,16 @@ def _bump_lr(body: dict) -> Reply:
 
 def test_tool_loop_edits_runs_and_charges(env, server, monkeypatch) -> None:
     monkeypatch.setenv("VTB_TEST_KEY", KEY)
-    srv = server([
-        tool_call("list_files"),
-        tool_call("read_file", path="trainer/config.json"),
-        _bump_lr,
-        tool_call("run", command="wc -l < data/train.jsonl; ls /data; uname -n"),
-        tool_call("feedback"),
-        tool_call("end_turn", notes="raised lr to 3e-3"),
-    ])  # fmt: skip
+    srv = server(
+        [
+            tool_call("list_files"),
+            tool_call("read_file", path="trainer/config.json"),
+            _bump_lr,
+            tool_call("run", command="wc -l < data/train.jsonl; ls /data; uname -n"),
+            tool_call("feedback"),
+            tool_call("end_turn", notes="raised lr to 3e-3"),
+        ]
+    )
     result = make_agent(_cfg(srv.url)).turn(env)
 
     assert result.done is False and result.stopped is None and result.notes == "llm: raised lr to 3e-3"
@@ -119,15 +140,25 @@ def test_token_limit_stops_the_turn(env, server) -> None:
 
 def test_bad_calls_become_tool_errors_and_text_gets_a_nudge(env, server) -> None:
     outside = tool_call("read_file", path="../../etc/passwd")
-    bad_json = Reply(message={"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c9", "type": "function", "function": {"name": "run", "arguments": "{not json"}}]})  # fmt: skip
+    bad_json = Reply(
+        message={
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c9", "type": "function", "function": {"name": "run", "arguments": "{not json"}}
+            ],
+        }
+    )
     srv = server(
         [text("Let me think."), outside, bad_json, tool_call("nope"), tool_call("end_turn", submit=True)]
     )
     result = make_agent(_cfg(srv.url)).turn(env)
     assert result.done is True  # submit=true ends the research
     msgs = srv.requests[-1]["body"]["messages"]
-    assert msgs[3] == {"role": "user", "content": "Continue with a tool call. When your edits for this turn are done, call end_turn."}  # fmt: skip
+    assert msgs[3] == {
+        "role": "user",
+        "content": "Continue with a tool call. When your edits for this turn are done, call end_turn.",
+    }
     tool_msgs = [m["content"] for m in msgs if m["role"] == "tool"]
     assert "outside the workspace" in tool_msgs[0]
     assert "not valid JSON" in tool_msgs[1] and "unknown tool 'nope'" in tool_msgs[2]

@@ -48,9 +48,19 @@ def greedy_run(tmp_path_factory, prefect_server):
 def test_run_record_is_complete(greedy_run):
     cfg, result, _ = greedy_run
     run_dir = Path(result["record"])
-    for name in ("config.json", "manifest.json", "grading.json", "ledger.jsonl", "result.json", "report.md",
-                 "scores.png", "timings.json", "iterations/00.json", "submission/harness/harness.py",
-                 "submission/model/config.json"):  # fmt: skip
+    for name in (
+        "config.json",
+        "manifest.json",
+        "grading.json",
+        "ledger.jsonl",
+        "result.json",
+        "report.md",
+        "scores.png",
+        "timings.json",
+        "iterations/00.json",
+        "submission/harness/harness.py",
+        "submission/model/config.json",
+    ):
         assert (run_dir / name).exists(), name
     assert result == json.loads((run_dir / "result.json").read_text())
     for row in ("initial", "submitted", "reference"):  # the fixture's run grades a reference system
@@ -125,8 +135,15 @@ def test_killed_run_resumes_to_the_same_result(tmp_path, greedy_run):
     env.pop("PREFECT_API_URL", None)
     killed = tmp_path / "killed"
 
-    proc = subprocess.Popen(_bench_cmd(killed), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        _bench_cmd(killed),
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     seen_second, output = False, []
     for line in proc.stdout:
         output.append(line)

@@ -86,9 +86,12 @@ def test_the_h100_preset_budgets_gpu_seconds_and_composes_with_sandbox_gpus() ->
 def test_gpu_presets_fail_before_any_work_without_a_gpu():
     from vtb.bench import check_gpu_settings
 
-    for overrides, match in [(["model=qwen3_1p7b"], "needs a GPU"), (["model=smollm3_3b"], "needs a GPU"),
-                             (["trainer=deepspeed_zero2"], "launches DeepSpeed"),
-                             (["trainer=deepspeed_zero3"], "launches DeepSpeed")]:  # fmt: skip
+    for overrides, match in [
+        (["model=qwen3_1p7b"], "needs a GPU"),
+        (["model=smollm3_3b"], "needs a GPU"),
+        (["trainer=deepspeed_zero2"], "launches DeepSpeed"),
+        (["trainer=deepspeed_zero3"], "launches DeepSpeed"),
+    ]:
         cfg = to_config(_compose(*overrides))
         with pytest.raises(ValueError, match=match):
             check_gpu_settings(cfg)
@@ -110,12 +113,26 @@ def test_instruct_reference_presets_provision_from_the_hub_or_a_local_dir(tmp_pa
     assert (ref.kind, ref.hub_id, ref.reference_hub_id) == ("hub", "Qwen/Qwen3-1.7B", None)
     assert ref.name == "qwen3_1p7b-reference" and cfg.model.hub_id == "Qwen/Qwen3-1.7B-Base"
     # offline, a local model directory stands in for the hub id
-    local = build_toy_model(tmp_path / "instruct", steps=2, n_texts=50, progress=lambda s: None,
-                            n_layer=1, n_embd=32, n_head=2, n_positions=64)  # fmt: skip
+    local = build_toy_model(
+        tmp_path / "instruct",
+        steps=2,
+        n_texts=50,
+        progress=lambda s: None,
+        n_layer=1,
+        n_embd=32,
+        n_head=2,
+        n_positions=64,
+    )
     tiny = to_config(_compose("model=tiny")).model
     tiny.reference_hub_id = str(local)
-    out = pipeline.provision_model(reference_model_config(tiny), TaskConfig(), tmp_path, tmp_path / "ref",
-                                   SandboxConfig(), lambda s: None)  # fmt: skip
+    out = pipeline.provision_model(
+        reference_model_config(tiny),
+        TaskConfig(),
+        tmp_path,
+        tmp_path / "ref",
+        SandboxConfig(),
+        lambda s: None,
+    )
     from transformers import AutoModelForCausalLM
 
     from vtb.models.meta import count_params, read_model_info

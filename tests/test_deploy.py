@@ -27,11 +27,21 @@ DEPLOYMENT = "vibetraining-nightly-sweep/nightly-sweep"
 # The math bench shrunk below tests/conftest.py's SMALL_OVERRIDES: every step still runs in its
 # sandbox (provision, train, validate, grade), just on a few dozen rows and a 1-layer model.
 TINY_OVERRIDES = [
-    "task.n_pool=200", "task.n_val=10", "task.n_test=10", "task.max_steps=1", "task.initial_data_size=40",
-    "model.n_layer=1", "model.n_embd=32", "model.pretrain_steps=5", "model.pretrain_texts=200",
-    "trainer.epochs=1", "agent.max_iterations=0", "budget.limit=5e12", "reference=false",
+    "task.n_pool=200",
+    "task.n_val=10",
+    "task.n_test=10",
+    "task.max_steps=1",
+    "task.initial_data_size=40",
+    "model.n_layer=1",
+    "model.n_embd=32",
+    "model.pretrain_steps=5",
+    "model.pretrain_texts=200",
+    "trainer.epochs=1",
+    "agent.max_iterations=0",
+    "budget.limit=5e12",
+    "reference=false",
     "null_model_check=false",
-]  # fmt: skip
+]
 
 
 def _free_port() -> int:
@@ -63,8 +73,9 @@ class Proc:
 
     def __init__(self, cmd: list[str], log: Path, env: dict[str, str]):
         self.log = log
-        self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-                                     start_new_session=True)  # fmt: skip
+        self.proc = subprocess.Popen(
+            cmd, cwd=REPO, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
+        )
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -127,8 +138,11 @@ def test_nightly_deployment_runs_a_sweep_through_a_worker(tmp_path) -> None:
     port = _free_port()
     api = f"http://127.0.0.1:{port}/api"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update(PREFECT_HOME=str(tmp_path / "prefect-home"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
-               DO_NOT_TRACK="1")  # fmt: skip
+    env.update(
+        PREFECT_HOME=str(tmp_path / "prefect-home"),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        DO_NOT_TRACK="1",
+    )
     runs, cache = tmp_path / "runs", tmp_path / "cache"
     procs: list[Proc] = []
     t0 = time.monotonic()
@@ -141,21 +155,37 @@ def test_nightly_deployment_runs_a_sweep_through_a_worker(tmp_path) -> None:
         print(f"[test] server up after {time.monotonic() - t0:.0f} s")
 
         env["PREFECT_API_URL"] = api
-        deploy = subprocess.run([str(REPO / "scripts" / "deploy.sh")], cwd=REPO, env=env, capture_output=True,
-                                text=True, timeout=300)  # fmt: skip
+        deploy = subprocess.run(
+            [str(REPO / "scripts" / "deploy.sh")],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert deploy.returncode == 0, deploy.stdout[-3000:] + deploy.stderr[-3000:]
         assert "prefect worker start --pool vtb-local" in deploy.stdout
         print(f"[test] deployed after {time.monotonic() - t0:.0f} s")
 
-        worker = Proc([str(PREFECT), "worker", "start", "--pool", "vtb-local"], tmp_path / "worker.log",
-                      {**env, "PREFECT_WORKER_QUERY_SECONDS": "2"})  # fmt: skip
+        worker = Proc(
+            [str(PREFECT), "worker", "start", "--pool", "vtb-local"],
+            tmp_path / "worker.log",
+            {**env, "PREFECT_WORKER_QUERY_SECONDS": "2"},
+        )
         procs.append(worker)
 
         from prefect.deployments import run_deployment
         from prefect.settings import PREFECT_API_URL, temporary_settings
 
-        params = {"tasks": ["math"], "agents": ["noop"], "seeds": [0], "overrides": TINY_OVERRIDES,
-                  "runs_dir": str(runs), "cache_dir": str(cache), "max_parallel": 1}  # fmt: skip
+        params = {
+            "tasks": ["math"],
+            "agents": ["noop"],
+            "seeds": [0],
+            "overrides": TINY_OVERRIDES,
+            "runs_dir": str(runs),
+            "cache_dir": str(cache),
+            "max_parallel": 1,
+        }
         with temporary_settings({PREFECT_API_URL: api}):
             flow_run = run_deployment(DEPLOYMENT, parameters=params, timeout=480, poll_interval=2)
             print(f"[test] flow run {flow_run.state_name} after {time.monotonic() - t0:.0f} s")
@@ -173,8 +203,10 @@ def test_nightly_deployment_runs_a_sweep_through_a_worker(tmp_path) -> None:
     [schedule] = deployment.schedules
     assert schedule.active
     assert (schedule.schedule.cron, schedule.schedule.timezone) == ("0 2 * * *", "Europe/Berlin")
-    assert (schedule.schedule.cron, schedule.schedule.timezone) == (spec["schedules"][0]["cron"],
-                                                                    spec["schedules"][0]["timezone"])  # fmt: skip
+    assert (schedule.schedule.cron, schedule.schedule.timezone) == (
+        spec["schedules"][0]["cron"],
+        spec["schedules"][0]["timezone"],
+    )
     assert deployment.work_pool_name == "vtb-local"
     assert deployment.pull_steps == [
         {"prefect.deployments.steps.set_working_directory": {"directory": str(REPO)}}

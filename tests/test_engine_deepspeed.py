@@ -59,11 +59,19 @@ def test_zero2_and_zero3_configs():
 def test_deepspeed_block_is_validated():
     assert resolve_config({})["deepspeed"] is None
     assert resolve_config({"deepspeed": {}})["deepspeed"] == {
-        "stage": 2, "gpus": 1, "precision": "bf16", "offload_optimizer": False, "cpu": False,
-    }  # fmt: skip
-    for bad, match in [({"stage": 1}, "stage must be 2 or 3"), ({"gpus": 0}, "gpus must be >= 1"),
-                       ({"precision": "fp8"}, "precision"), ({"zero": 3}, "unknown deepspeed key"),
-                       ({"cpu": "yes"}, "cpu must be true or false")]:  # fmt: skip
+        "stage": 2,
+        "gpus": 1,
+        "precision": "bf16",
+        "offload_optimizer": False,
+        "cpu": False,
+    }
+    for bad, match in [
+        ({"stage": 1}, "stage must be 2 or 3"),
+        ({"gpus": 0}, "gpus must be >= 1"),
+        ({"precision": "fp8"}, "precision"),
+        ({"zero": 3}, "unknown deepspeed key"),
+        ({"cpu": "yes"}, "cpu must be true or false"),
+    ]:
         with pytest.raises(ConfigError, match=match):
             resolve_config({"deepspeed": bad})
 
@@ -130,11 +138,22 @@ def test_a_deepspeed_trainer_without_a_gpu_fails_with_the_fix(base_dir, tmp_path
 @pytest.mark.parametrize("stage,method", [(2, "full"), (3, "lora")])
 def test_deepspeed_zero_trains_on_two_ranks_in_the_sandbox(base_dir, tmp_path, stage, method):
     pytest.importorskip("deepspeed", reason="pip install -e '.[deepspeed]' (scripts/install.sh does)")
-    trainer = {"method": method, "lr": 5e-3, "epochs": 1, "batch_size": 8,
-               "deepspeed": {"stage": stage, "gpus": 2, "precision": "fp32", "cpu": True}}  # fmt: skip
+    trainer = {
+        "method": method,
+        "lr": 5e-3,
+        "epochs": 1,
+        "batch_size": 8,
+        "deepspeed": {"stage": stage, "gpus": 2, "precision": "fp32", "cpu": True},
+    }
     cand = write_candidate(tmp_path, trainer)
-    out = runner.train(sandbox_backend("bwrap"), cand, base_dir, tmp_path / "out", seed=0,
-                       limits=Limits(wall_seconds=600, cpu_seconds=1200))  # fmt: skip
+    out = runner.train(
+        sandbox_backend("bwrap"),
+        cand,
+        base_dir,
+        tmp_path / "out",
+        seed=0,
+        limits=Limits(wall_seconds=600, cpu_seconds=1200),
+    )
     assert out.ok, out.log[-3000:]
     summary = out.summary
     assert summary["deepspeed"]["world_size"] == 2 and summary["deepspeed"]["stage"] == stage

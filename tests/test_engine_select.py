@@ -54,8 +54,11 @@ class FakeLLM:
                     text = self.tok.backend_tokenizer.decode(new, skip_special_tokens=True)
                     if token == self.eos or any(s in text for s in p.stop or []):
                         break
-            outs.append(SimpleNamespace(prompt_token_ids=prompt["prompt_token_ids"],
-                                        outputs=[SimpleNamespace(token_ids=new)]))  # fmt: skip
+            outs.append(
+                SimpleNamespace(
+                    prompt_token_ids=prompt["prompt_token_ids"], outputs=[SimpleNamespace(token_ids=new)]
+                )
+            )
         return outs
 
 

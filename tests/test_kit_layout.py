@@ -31,19 +31,43 @@ VTB_DIR = Path(vtb.__file__).resolve().parent
 
 # What a hostile command would import to rebuild the test split or read its answers.
 FORBIDDEN = [
-    "vtb.config", "vtb.pipeline", "vtb.runner", "vtb.domains.registry", "vtb.domains.common",
-    "vtb.domains.math.generator", "vtb.domains.math.grading", "vtb.domains.math.loaders", "vtb.domains.math.domain",
-    "vtb.domains.tau.env", "vtb.domains.tau.user", "vtb.domains.tau.db", "vtb.domains.tau.tasks",
-    "vtb.domains.tau.tools", "vtb.domains.tau.expert", "vtb.domains.tau.demos", "vtb.domains.tau.loaders",
-    "vtb.domains.terminal.generator", "vtb.domains.terminal.grading", "vtb.domains.terminal.loaders",
-    "vtb.domains.swe.generator", "vtb.domains.swe.grading", "vtb.domains.swe.patching", "vtb.domains.swe.loaders",
-]  # fmt: skip
+    "vtb.config",
+    "vtb.pipeline",
+    "vtb.runner",
+    "vtb.domains.registry",
+    "vtb.domains.common",
+    "vtb.domains.math.generator",
+    "vtb.domains.math.grading",
+    "vtb.domains.math.loaders",
+    "vtb.domains.math.domain",
+    "vtb.domains.tau.env",
+    "vtb.domains.tau.user",
+    "vtb.domains.tau.db",
+    "vtb.domains.tau.tasks",
+    "vtb.domains.tau.tools",
+    "vtb.domains.tau.expert",
+    "vtb.domains.tau.demos",
+    "vtb.domains.tau.loaders",
+    "vtb.domains.terminal.generator",
+    "vtb.domains.terminal.grading",
+    "vtb.domains.terminal.loaders",
+    "vtb.domains.swe.generator",
+    "vtb.domains.swe.grading",
+    "vtb.domains.swe.patching",
+    "vtb.domains.swe.loaders",
+]
 ALLOWED = [
-    "vtb.protocol", "vtb.engine.sft", "vtb.engine.ds_launch", "vtb.models.build", "vtb.engine.select",
-    "vtb.sandbox.egress", "vtb.domains", "vtb.domains.kit.rowtools",
+    "vtb.protocol",
+    "vtb.engine.sft",
+    "vtb.engine.ds_launch",
+    "vtb.models.build",
+    "vtb.engine.select",
+    "vtb.sandbox.egress",
+    "vtb.domains",
+    "vtb.domains.kit.rowtools",
     *(f"vtb.domains.{d}.kit.datatools" for d in ("math", "tau", "terminal", "swe")),
     *(f"vtb.domains.{d}.kit.prompting" for d in ("tau", "terminal", "swe")),
-]  # fmt: skip
+]
 
 # Each probe puts the package's parent first on sys.path, as an attacker could: then the result
 # does not depend on how the venv maps `vtb` (an editable install of another checkout).
@@ -111,13 +135,15 @@ def test_research_command_cannot_import_generators_or_graders(backend, data_dir,
     ws.mkdir(), base.mkdir()
     (ws / "probe.py").write_text(PROBE)
     mounts = runner.research_mounts(ws, data_dir, base)
-    result = backend.run([sys.executable, "/ws/probe.py", *FORBIDDEN, *ALLOWED], mounts=mounts, limits=LIMITS,
-                         cwd="/ws")  # fmt: skip
+    result = backend.run(
+        [sys.executable, "/ws/probe.py", *FORBIDDEN, *ALLOWED], mounts=mounts, limits=LIMITS, cwd="/ws"
+    )
     assert result.returncode == 0, result.stderr
     _check(json.loads(result.stdout))
     # The orchestrator-side files are not there at all (not just unimportable).
-    listing = backend.run(["/bin/sh", "-c", f"ls -A {VTB_DIR} {VTB_DIR}/domains/math"], mounts=mounts,
-                          limits=LIMITS).stdout.split()  # fmt: skip
+    listing = backend.run(
+        ["/bin/sh", "-c", f"ls -A {VTB_DIR} {VTB_DIR}/domains/math"], mounts=mounts, limits=LIMITS
+    ).stdout.split()
     assert "config.py" not in listing and "generator.py" not in listing and "grading.py" not in listing
     assert "kit" in listing and "engine" in listing
 
@@ -127,8 +153,9 @@ def test_harness_cannot_import_generators_or_graders(backend, tmp_path):
     harness.mkdir(), model.mkdir()
     (harness / "harness.py").write_text(HARNESS)
     episodes = [{"type": "start", "episode": "e-0", "domain": "math", "observation": {"question": "1+1?"}}]
-    out = runner.play(backend, harness, model, episodes, limits=LIMITS, round_timeout_s=60,
-                      per_episode_timeout_s=1)  # fmt: skip
+    out = runner.play(
+        backend, harness, model, episodes, limits=LIMITS, round_timeout_s=60, per_episode_timeout_s=1
+    )
     action = out.actions.get("e-0")
     assert action is not None and action["type"] == "answer", out
     _check(json.loads(action["content"]))
@@ -137,10 +164,17 @@ def test_harness_cannot_import_generators_or_graders(backend, tmp_path):
 def test_data_tools_run_in_the_sandbox(backend, data_dir, tmp_path):
     ws, base = tmp_path / "ws", tmp_path / "base"
     ws.mkdir(), base.mkdir()
-    cmd = ("python -m vtb.domains.math.kit.datatools from-pool /data/pool.jsonl data/train.jsonl --n 5 && "
-           "python -m vtb.domains.math.kit.datatools check data/train.jsonl")  # fmt: skip
-    result = backend.run(["/bin/sh", "-c", cmd], mounts=runner.research_mounts(ws, data_dir, base),
-                         limits=LIMITS, cwd="/ws", env={"PYTHONPATH": str(VTB_DIR.parent)})  # fmt: skip
+    cmd = (
+        "python -m vtb.domains.math.kit.datatools from-pool /data/pool.jsonl data/train.jsonl --n 5 && "
+        "python -m vtb.domains.math.kit.datatools check data/train.jsonl"
+    )
+    result = backend.run(
+        ["/bin/sh", "-c", cmd],
+        mounts=runner.research_mounts(ws, data_dir, base),
+        limits=LIMITS,
+        cwd="/ws",
+        env={"PYTHONPATH": str(VTB_DIR.parent)},
+    )
     assert result.returncode == 0, result.stderr
     assert "rows: 5" in result.stdout and (ws / "data" / "train.jsonl").exists()
 

@@ -14,11 +14,15 @@ def _result(
     task: str, agent: str, seed: int, submitted: float, initial: float, reference: float | None
 ) -> dict:
     return {
-        "run_id": f"{task}-{agent}-s{seed}", "task": task, "agent": agent, "seed": seed,
-        "submitted": {"test_score": submitted}, "initial": {"test_score": initial},
+        "run_id": f"{task}-{agent}-s{seed}",
+        "task": task,
+        "agent": agent,
+        "seed": seed,
+        "submitted": {"test_score": submitted},
+        "initial": {"test_score": initial},
         "reference": None if reference is None else {"test_score": reference},
         "budget": {"used": 1e12 * (seed + 1), "unit": "flops"},
-    }  # fmt: skip
+    }
 
 
 def test_bootstrap_ci_known_cases() -> None:

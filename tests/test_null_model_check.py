@@ -220,8 +220,10 @@ def test_the_null_model_is_the_checkpoint_folder_with_its_weights_shuffled(tmp_p
     assert null.name == toy_model_dir.name
 
     def listing(root: Path) -> list:
-        return [(str(p.relative_to(root)), p.stat().st_size, p.stat().st_mode, p.stat().st_mtime_ns)
-                for p in sorted(root.rglob("*"))] + [(".", root.stat().st_mtime_ns)]  # fmt: skip
+        return [
+            (str(p.relative_to(root)), p.stat().st_size, p.stat().st_mode, p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*"))
+        ] + [(".", root.stat().st_mtime_ns)]
 
     assert listing(null) == listing(toy_model_dir)
     weights = sorted(p.name for p in toy_model_dir.glob("*.safetensors"))
@@ -277,8 +279,9 @@ def test_episode_ids_and_order_carry_no_split_and_map_back(tmp_path):
     for x in a:
         msg = x.message(fresh=True)
         assert re.fullmatch(r"[0-9a-f]{16}", msg["episode"]) and "test" not in json.dumps(msg)
-    val = blind([MathEpisode({**i, "id": i["id"].replace("test", "val")}, "strict", env) for i in items],
-                KEY, "val")  # fmt: skip
+    val = blind(
+        [MathEpisode({**i, "id": i["id"].replace("test", "val")}, "strict", env) for i in items], KEY, "val"
+    )
     assert not {x.id for x in val} & {x.id for x in a}
     other = blind(episodes, secret_of(TaskConfig(name="math")) + b"x", "test")
     assert {x.id for x in other}.isdisjoint({x.id for x in a})  # keyed: unknowable without the key

@@ -124,8 +124,15 @@ def test_grading_harness_cannot_read_expected_answers(tmp_path, layout, backend)
     harness.mkdir()
     (harness / "harness.py").write_text(ATTACK_HARNESS.format(secret=layout["secret"]))
     messages = [{"type": "start", "episode": "t-1", "domain": "math", "observation": {"question": "t"}}]
-    out = runner.play(sandbox_backend(backend), harness, layout["base"], messages, limits=LIMITS,
-                      round_timeout_s=20, per_episode_timeout_s=1)  # fmt: skip
+    out = runner.play(
+        sandbox_backend(backend),
+        harness,
+        layout["base"],
+        messages,
+        limits=LIMITS,
+        round_timeout_s=20,
+        per_episode_timeout_s=1,
+    )
     assert out.actions["t-1"]["content"] == "[]"  # found nothing
     assert any("No such file" in d for d in out.denials)  # the attempt is recorded
 
@@ -154,8 +161,15 @@ def _fake_harness(tmp_path: Path, body: str) -> Path:
 def test_a_failing_harness_costs_only_its_episodes(tmp_path, layout, body, backend):
     harness = _fake_harness(tmp_path, body)
     messages = [{"type": "start", "episode": f"e{i}", "observation": {}} for i in range(6)]
-    out = runner.play(sandbox_backend(backend), harness, layout["base"], messages, limits=LIMITS,
-                      round_timeout_s=3, per_episode_timeout_s=0.5)  # fmt: skip
+    out = runner.play(
+        sandbox_backend(backend),
+        harness,
+        layout["base"],
+        messages,
+        limits=LIMITS,
+        round_timeout_s=3,
+        per_episode_timeout_s=0.5,
+    )
     assert sorted(out.actions) == ["e0", "e1", "e2", "e4", "e5"]
     assert all(out.actions[e]["content"] == e for e in out.actions)
     assert out.crashes >= 1

@@ -32,19 +32,32 @@ HOSTILE_FILES = [
 
 def _history() -> list[dict]:
     return [
-        {"iteration": i, "val_score": 0.1 * i, "notes": note,
-         "edits": {"harness": [HOSTILE_FILES[i]], "data": ["train.jsonl"]},
-         "budget_after": {"used": 1e9 * i}, "agent": {"tokens": 10 * i, "cost_usd": 0.0}}
+        {
+            "iteration": i,
+            "val_score": 0.1 * i,
+            "notes": note,
+            "edits": {"harness": [HOSTILE_FILES[i]], "data": ["train.jsonl"]},
+            "budget_after": {"used": 1e9 * i},
+            "agent": {"tokens": 10 * i, "cost_usd": 0.0},
+        }
         for i, note in enumerate(HOSTILE_NOTES)
-    ]  # fmt: skip
+    ]
 
 
 def _result(run_dir) -> dict:
     entry = {"test_score": 0.5}
-    return {"run_id": "run-1", "task": "math", "agent": "greedy", "seed": 0, "initial": entry,
-            "submitted": {**entry, "iteration": 1}, "reference": None, "gains_by_part": {"harness": 0.1},
-            "budget": {"used": 1.0, "limit": 2.0, "unit": "flops", "cpu_seconds": 3.0},
-            "record": str(run_dir)}  # fmt: skip
+    return {
+        "run_id": "run-1",
+        "task": "math",
+        "agent": "greedy",
+        "seed": 0,
+        "initial": entry,
+        "submitted": {**entry, "iteration": 1},
+        "reference": None,
+        "gains_by_part": {"harness": 0.1},
+        "budget": {"used": 1.0, "limit": 2.0, "unit": "flops", "cpu_seconds": 3.0},
+        "record": str(run_dir),
+    }
 
 
 def _grades() -> dict:

@@ -101,9 +101,13 @@ def test_copy_tree_keeps_regular_files_and_reports_the_rest(tmp_path, hidden) ->
     with within(10):
         dropped = safefs.copy_tree(src, tmp_path / "dst")
     assert sorted((d["path"], d["kind"]) for d in dropped) == [
-        ("answers.jsonl", "symlink"), ("env", "symlink"), ("fifo", "fifo"), ("loop", "symlink"),
-        ("sock", "socket"), ("sub/up", "symlink"),
-    ]  # fmt: skip
+        ("answers.jsonl", "symlink"),
+        ("env", "symlink"),
+        ("fifo", "fifo"),
+        ("loop", "symlink"),
+        ("sock", "socket"),
+        ("sub/up", "symlink"),
+    ]
     odd, data = tree_report(tmp_path / "dst")
     assert odd == [] and data == b"fineprint(1)"
     assert ANSWER.encode() not in data and host_environ_marker() not in data
@@ -130,9 +134,13 @@ def test_bounded_reads_never_hang_or_follow(tmp_path, hidden) -> None:
     (tmp_path / "bad.json").write_text("{not json")
     (tmp_path / "deep.json").write_text("[" * 900)
     with within(10):
-        for name, match in (("fifo", "fifo, not a regular file"), ("link", "symbolic link"),
-                            ("big", "over the 1000-byte limit"), ("bad.json", "not valid JSON"),
-                            ("deep.json", "not valid JSON")):  # fmt: skip
+        for name, match in (
+            ("fifo", "fifo, not a regular file"),
+            ("link", "symbolic link"),
+            ("big", "over the 1000-byte limit"),
+            ("bad.json", "not valid JSON"),
+            ("deep.json", "not valid JSON"),
+        ):
             with pytest.raises(safefs.Rejected, match=match):
                 safefs.read_json(tmp_path / name, 1000)
     assert safefs.read_bytes(hidden, 1000).decode().count(ANSWER) == 1  # a real file reads
@@ -213,8 +221,22 @@ def test_public_feedback_carries_the_rejection() -> None:
     from vtb.results import Candidate
 
     reason = "workspace rejected, edits discarded: data/ is over 256 MB"
-    entry = Candidate(iteration=2, snapshot="s", parts={}, edits={}, notes="n", agent={}, train=None, train_key=None,
-                      checkpoint=None, val_score=None, val=None, charge={}, budget_after={}, rejected=reason)  # fmt: skip
+    entry = Candidate(
+        iteration=2,
+        snapshot="s",
+        parts={},
+        edits={},
+        notes="n",
+        agent={},
+        train=None,
+        train_key=None,
+        checkpoint=None,
+        val_score=None,
+        val=None,
+        charge={},
+        budget_after={},
+        rejected=reason,
+    )
     assert public_view(entry)["rejected"].endswith("data/ is over 256 MB")
     trained = dataclasses.replace(
         entry, rejected=None, train={"summary": {"rejected": "checkpoint rejected: x"}}
@@ -238,8 +260,11 @@ SPARSE = "truncate -s 512M data/big.bin\n"
 
 
 def _workspace(root: Path) -> Path:
-    for part, name, text in (("data", "train.jsonl", '{"q": 1}\n'), ("trainer", "config.json", "{}"),
-                             ("harness", "harness.py", "print(1)\n")):  # fmt: skip
+    for part, name, text in (
+        ("data", "train.jsonl", '{"q": 1}\n'),
+        ("trainer", "config.json", "{}"),
+        ("harness", "harness.py", "print(1)\n"),
+    ):
         (root / part).mkdir(parents=True, exist_ok=True)
         (root / part / name).write_text(text)
     return root
@@ -253,8 +278,14 @@ def _research_env(tmp_path: Path, backend: str):
     ws, data, base = _workspace(tmp_path / "ws"), tmp_path / "data", tmp_path / "base"
     for d in (data / "research", base):
         d.mkdir(parents=True)
-    return SandboxResearchEnv(ws, tmp_path / "store", Feedback("math", 1, 2, 0), sandbox_backend(backend),
-                              research_mounts(ws, data, base), Limits(wall_seconds=60, cpu_seconds=60))  # fmt: skip
+    return SandboxResearchEnv(
+        ws,
+        tmp_path / "store",
+        Feedback("math", 1, 2, 0),
+        sandbox_backend(backend),
+        research_mounts(ws, data, base),
+        Limits(wall_seconds=60, cpu_seconds=60),
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -274,9 +305,13 @@ def test_links_and_fifos_from_a_research_command_are_never_followed(tmp_path, hi
         dropped: list[dict] = []
         after = snapshot(ws, store, safefs.Caps.of(256, 20000), dropped)
         assert {(d["path"], d["kind"]) for d in dropped} == {
-            ("data/answers.jsonl", "symlink"), ("data/env.txt", "symlink"), ("data/fifo", "fifo"),
-            ("trainer/pipe", "fifo"), ("harness/loop", "symlink"), ("harness/deep/up", "symlink"),
-        }  # fmt: skip
+            ("data/answers.jsonl", "symlink"),
+            ("data/env.txt", "symlink"),
+            ("data/fifo", "fifo"),
+            ("trainer/pipe", "fifo"),
+            ("harness/loop", "symlink"),
+            ("harness/deep/up", "symlink"),
+        }
         assert after == before  # nothing but the dropped links changed: the same candidate
         assert changed_files(store, before, after) == {}
         part_hashes(ws)
@@ -322,9 +357,17 @@ def test_an_oversized_workspace_is_rejected_and_the_agent_is_told(tmp_path, hidd
     feedback = {"task": "math", "iteration": 1, "max_iterations": 2, "seed": 0}
     with within(120):
         turn = agent_turn_step.fn(
-            "k", cfg, feedback, before, str(store), str(ws), str(data), str(base),
-            SandboxConfig(backend=backend, step_wall_s=60, step_cpu_s=60), cpu_seconds=60.0,
-        )  # fmt: skip
+            "k",
+            cfg,
+            feedback,
+            before,
+            str(store),
+            str(ws),
+            str(data),
+            str(base),
+            SandboxConfig(backend=backend, step_wall_s=60, step_cpu_s=60),
+            cpu_seconds=60.0,
+        )
     assert turn.after == before and turn.edits == {}
     assert "data/ is over 256 MB" in turn.rejected and "big.bin" in turn.rejected
     assert turn.notes.startswith("[workspace rejected, edits discarded: data/ is over 256 MB")
@@ -361,12 +404,23 @@ def test_a_hostile_checkpoint_is_sanitised_and_train_never_hangs(tmp_path, backe
     base, out = tmp_path / "base", tmp_path / "cache" / "ck"
     base.mkdir()
     with within(120):
-        outcome = runner.train(sandbox_backend(backend), cand, base, out, seed=0,
-                               limits=Limits(wall_seconds=60, cpu_seconds=60),
-                               checkpoint_caps=safefs.Caps.of(64, 100))  # fmt: skip
+        outcome = runner.train(
+            sandbox_backend(backend),
+            cand,
+            base,
+            out,
+            seed=0,
+            limits=Limits(wall_seconds=60, cpu_seconds=60),
+            checkpoint_caps=safefs.Caps.of(64, 100),
+        )
         assert outcome.ok, outcome.log
-        assert {"train_summary.json (fifo)", "loop (symlink)", "host.txt (symlink)", "sub/up (symlink)",
-                "env (symlink)"} == set(outcome.summary["dropped"])  # fmt: skip
+        assert {
+            "train_summary.json (fifo)",
+            "loop (symlink)",
+            "host.txt (symlink)",
+            "sub/up (symlink)",
+            "env (symlink)",
+        } == set(outcome.summary["dropped"])
         _link_tree(out / "checkpoint", tmp_path / "run" / "submission" / "model")
     for root in (out / "checkpoint", tmp_path / "run"):
         odd, data = tree_report(root)
@@ -386,9 +440,15 @@ def test_a_checkpoint_over_its_caps_fails_the_train_step_only(tmp_path, backend)
     base = tmp_path / "base"
     base.mkdir()
     with within(120):
-        outcome = runner.train(sandbox_backend(backend), cand, base, tmp_path / "ck", seed=0,
-                               limits=Limits(wall_seconds=60, cpu_seconds=60),
-                               checkpoint_caps=safefs.Caps.of(64, 100))  # fmt: skip
+        outcome = runner.train(
+            sandbox_backend(backend),
+            cand,
+            base,
+            tmp_path / "ck",
+            seed=0,
+            limits=Limits(wall_seconds=60, cpu_seconds=60),
+            checkpoint_caps=safefs.Caps.of(64, 100),
+        )
     assert not outcome.ok and outcome.returncode == 0
     assert "checkpoint rejected: checkpoint/ is over 64 MB" in outcome.summary["rejected"]
     assert "checkpoint rejected" in (tmp_path / "ck" / "train.log").read_text()

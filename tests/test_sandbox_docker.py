@@ -103,8 +103,9 @@ time.sleep(600)
 @pytest.mark.docker
 def test_a_killed_orchestrator_leaves_no_container_once_the_next_run_starts() -> None:
     sandbox_backend("docker")  # the engine and image are there (else skip, or fail under VTB_REQUIRE_DOCKER)
-    orchestrator = subprocess.Popen([sys.executable, "-c", ORCHESTRATOR.format(root=str(ROOT))],
-                                    stdout=subprocess.PIPE, text=True)  # fmt: skip
+    orchestrator = subprocess.Popen(
+        [sys.executable, "-c", ORCHESTRATOR.format(root=str(ROOT))], stdout=subprocess.PIPE, text=True
+    )
     cid, parent = orchestrator.stdout.readline().split()
     import docker
 
@@ -160,8 +161,12 @@ def test_a_self_contained_image_runs_steps_without_the_host_runtime(tmp_path, im
     ws = tmp_path / "ws"
     ws.mkdir()
     code = "import sys, vtb, torch; print(sys.prefix, vtb.__file__); open('/ws/out', 'w').write('ok')"
-    result = sandbox.run([sys.executable, "-c", code], mounts=[*runtime_mounts(), Mount(ws, "/ws", writable=True)],
-                         limits=Limits(wall_seconds=120, cpu_seconds=120), cwd="/ws")  # fmt: skip
+    result = sandbox.run(
+        [sys.executable, "-c", code],
+        mounts=[*runtime_mounts(), Mount(ws, "/ws", writable=True)],
+        limits=Limits(wall_seconds=120, cpu_seconds=120),
+        cwd="/ws",
+    )
     assert result.returncode == 0, result.stderr
     assert (
         result.stdout.split() == ["/opt/vtb/.venv", "/opt/vtb/vtb/__init__.py"]

@@ -203,9 +203,11 @@ def test_only_the_span_a_gpu_was_held_is_charged(backend_name, monkeypatch):
     """Sleeps 1 s without a GPU, then execs into a marked process that holds one for 1 s."""
     marker = f"vtb-gpu-user-{uuid.uuid4().hex}"
     head, tail = marker[:8], marker[8:]  # the marker only ever appears in the exec'd child
-    code = ("import os, sys, time; time.sleep(1.0); "
-            "os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(1.0)', "
-            "sys.argv[1] + sys.argv[2]])")  # fmt: skip
+    code = (
+        "import os, sys, time; time.sleep(1.0); "
+        "os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(1.0)', "
+        "sys.argv[1] + sys.argv[2]])"
+    )
     sandbox = gpu_sandbox(backend_name, MarkerReader(marker), monkeypatch)
     result = sandbox.run(
         [PY, "-c", code, head, tail], mounts=runtime_mounts(), limits=Limits(wall_seconds=30)
@@ -253,8 +255,11 @@ def test_bwrap_binds_the_selected_gpus_nodes_only(monkeypatch, tmp_path):
         (tmp_path / name).write_text(name)
     monkeypatch.setattr(bw, "DEV_DIR", str(tmp_path))
     sandbox = sandbox_backend("bwrap", gpus="1", gpu_reader=ScheduleReader(2))
-    result = sandbox.run(["/bin/sh", "-c", "ls /dev; cat /dev/nvidia1"], mounts=runtime_mounts(),
-                         limits=Limits(wall_seconds=30))  # fmt: skip
+    result = sandbox.run(
+        ["/bin/sh", "-c", "ls /dev; cat /dev/nvidia1"],
+        mounts=runtime_mounts(),
+        limits=Limits(wall_seconds=30),
+    )
     assert result.returncode == 0, result.stderr
     listed = result.stdout.split()
     assert {"nvidia1", "nvidiactl", "nvidia-uvm"} <= set(listed) and "nvidia0" not in listed
@@ -274,8 +279,11 @@ def test_bwrap_without_gpus_has_no_nvidia_nodes_and_never_touches_nvml(monkeypat
 
     monkeypatch.setattr(gpu_module, "default_reader", no_nvml)  # where every backend gets its reader
     sandbox = sandbox_backend("bwrap")
-    result = sandbox.run(["/bin/sh", "-c", 'ls /dev; echo "cvd=${CUDA_VISIBLE_DEVICES-unset}"'],
-                         mounts=runtime_mounts(), limits=Limits(wall_seconds=30, gpu_seconds=0.0))  # fmt: skip
+    result = sandbox.run(
+        ["/bin/sh", "-c", 'ls /dev; echo "cvd=${CUDA_VISIBLE_DEVICES-unset}"'],
+        mounts=runtime_mounts(),
+        limits=Limits(wall_seconds=30, gpu_seconds=0.0),
+    )
     assert result.returncode == 0 and result.gpu_seconds == 0.0
     assert "nvidia" not in result.stdout and "cvd=unset" in result.stdout
 

@@ -84,9 +84,23 @@ def test_instances_follow_the_swe_bench_schema(instances):
     assert {i["bug"] for i in instances} == set(generator.BUGS)
     assert len({i["instance_id"] for i in instances}) == len(instances)
     for inst in instances:
-        for key in ("instance_id", "repo", "base_commit", "patch", "test_patch", "problem_statement",
-                    "hints_text", "created_at", "version", "FAIL_TO_PASS", "PASS_TO_PASS",
-                    "environment_setup_commit", "bug", "files", "fix"):  # fmt: skip
+        for key in (
+            "instance_id",
+            "repo",
+            "base_commit",
+            "patch",
+            "test_patch",
+            "problem_statement",
+            "hints_text",
+            "created_at",
+            "version",
+            "FAIL_TO_PASS",
+            "PASS_TO_PASS",
+            "environment_setup_commit",
+            "bug",
+            "files",
+            "fix",
+        ):
             assert key in inst, key
         pkg = inst["repo"].removeprefix("vtb-embedded/")
         assert inst["instance_id"].startswith(f"vtb__{pkg}-core-")
@@ -181,8 +195,12 @@ def test_gold_resolves_empty_does_not_and_base_fails(instances, sandbox, tmp_pat
 
     for empty in ("", "  \n", None):
         report, _ = grading.grade(inst, empty, sandbox, LIMITS, tmp_path)
-        assert report[iid] == {"patch_is_None": empty is None, "patch_exists": False,
-                               "patch_successfully_applied": False, "resolved": False}  # fmt: skip
+        assert report[iid] == {
+            "patch_is_None": empty is None,
+            "patch_exists": False,
+            "patch_successfully_applied": False,
+            "resolved": False,
+        }
 
     # The base commit (a patch that only touches the README): FAIL_TO_PASS fails, PASS_TO_PASS passes.
     readme = inst["files"]["README.md"].splitlines()[0]
@@ -312,11 +330,17 @@ def test_parse_log_pytest_swebench_cases():
     # test_log_parsers_python.py: bare status words (captured output) are ignored.
     assert parse_log_pytest("PASSED\nFAILED\n PASSED\nPASSED b.py::t") == {"b.py::t": "PASSED"}
     # The " - message" suffix of FAILED lines; every TestStatus value; the last line for a test wins.
-    log = ("FAILED tests/t.py::test_a - AssertionError: 1 - 2\nERROR tests/t.py::test_b - ValueError\n"
-           "XFAIL tests/t.py::test_c - reason\nXPASS tests/t.py::test_d\nPASSED tests/t.py::test_e\n"
-           "FAILED tests/t.py::test_e")  # fmt: skip
-    assert parse_log_pytest(log) == {"tests/t.py::test_a": "FAILED", "tests/t.py::test_b": "ERROR",
-                                     "tests/t.py::test_c": "XFAIL", "tests/t.py::test_e": "FAILED"}  # fmt: skip
+    log = (
+        "FAILED tests/t.py::test_a - AssertionError: 1 - 2\nERROR tests/t.py::test_b - ValueError\n"
+        "XFAIL tests/t.py::test_c - reason\nXPASS tests/t.py::test_d\nPASSED tests/t.py::test_e\n"
+        "FAILED tests/t.py::test_e"
+    )
+    assert parse_log_pytest(log) == {
+        "tests/t.py::test_a": "FAILED",
+        "tests/t.py::test_b": "ERROR",
+        "tests/t.py::test_c": "XFAIL",
+        "tests/t.py::test_e": "FAILED",
+    }
 
 
 def test_eval_report_swebench_cases():
@@ -331,9 +355,12 @@ def test_eval_report_swebench_cases():
     )
     # XFAIL passes; a test missing from the log fails; the SWE-bench report shape.
     report = eval_report({"a": "XFAIL", "p": "PASSED"}, ["a", "missing"], ["p", "gone"])
-    assert report == {FAIL_TO_PASS: {"success": ["a"], "failure": ["missing"]},
-                      PASS_TO_PASS: {"success": ["p"], "failure": ["gone"]},
-                      "FAIL_TO_FAIL": {"success": [], "failure": []}, "PASS_TO_FAIL": {"success": [], "failure": []}}  # fmt: skip
+    assert report == {
+        FAIL_TO_PASS: {"success": ["a"], "failure": ["missing"]},
+        PASS_TO_PASS: {"success": ["p"], "failure": ["gone"]},
+        "FAIL_TO_FAIL": {"success": [], "failure": []},
+        "PASS_TO_FAIL": {"success": [], "failure": []},
+    }
     assert resolution_status(report) == RESOLVED_NO  # a P2P test broke
     assert (
         resolution_status(eval_report({"a": "PASSED", "b": "FAILED", "p": "PASSED"}, ["a", "b"], ["p"]))
@@ -369,9 +396,13 @@ def test_parse_real_pytest_output(tmp_path):
     # pytest -rA reports skips as `SKIPPED [1] test_mix.py:13: later`, which swebench's parser drops:
     # a skipped test is absent from the map, so it grades as a failure (F2P and P2P alike).
     assert parse_log_pytest(done.stdout) == {
-        "test_mix.py::test_ok": "PASSED", "test_mix.py::test_bad": "FAILED", "test_mix.py::test_xfail": "XFAIL",
-        "test_mix.py::test_error": "ERROR", "test_mix.py::test_param[1]": "PASSED", "test_mix.py::test_param[2]": "FAILED",
-    }  # fmt: skip
+        "test_mix.py::test_ok": "PASSED",
+        "test_mix.py::test_bad": "FAILED",
+        "test_mix.py::test_xfail": "XFAIL",
+        "test_mix.py::test_error": "ERROR",
+        "test_mix.py::test_param[1]": "PASSED",
+        "test_mix.py::test_param[2]": "FAILED",
+    }
 
 
 def test_run_summary():
@@ -384,14 +415,37 @@ def test_run_summary():
         }
         return {iid: {**base, **kw}}
 
-    reports = {"a": rep("a", resolved=True), "b": rep("b"), "c": rep("c", patch_exists=False)["c"],
-               "d": rep("d", patch_successfully_applied=False)}  # fmt: skip
+    reports = {
+        "a": rep("a", resolved=True),
+        "b": rep("b"),
+        "c": rep("c", patch_exists=False)["c"],
+        "d": rep("d", patch_successfully_applied=False),
+    }
     summary = grading.run_summary(reports, ["a", "b", "c", "d", "e"])
     assert summary["schema_version"] == 2
-    counts = {k: summary[f"{k}_instances"] for k in ("total", "submitted", "completed", "resolved", "unresolved",
-                                                     "empty_patch", "error", "incomplete")}  # fmt: skip
-    assert counts == {"total": 5, "submitted": 4, "completed": 2, "resolved": 1, "unresolved": 1,
-                      "empty_patch": 1, "error": 1, "incomplete": 1}  # fmt: skip
+    counts = {
+        k: summary[f"{k}_instances"]
+        for k in (
+            "total",
+            "submitted",
+            "completed",
+            "resolved",
+            "unresolved",
+            "empty_patch",
+            "error",
+            "incomplete",
+        )
+    }
+    assert counts == {
+        "total": 5,
+        "submitted": 4,
+        "completed": 2,
+        "resolved": 1,
+        "unresolved": 1,
+        "empty_patch": 1,
+        "error": 1,
+        "incomplete": 1,
+    }
     assert (summary["resolved_ids"], summary["unresolved_ids"], summary["completed_ids"]) == (
         ["a"],
         ["b"],
@@ -415,8 +469,12 @@ def naive_statuses(inst: dict, patch: str, tmp_path: Path) -> dict:
     for p in (inst["test_patch"], patch):
         assert patching.apply_patch(repo, p)[0]
     files = [t.split("::")[0] for t in json.loads(inst["FAIL_TO_PASS"])]
-    done = subprocess.run([sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", *files], cwd=repo,
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", *files],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+    )
     return parse_log_pytest(done.stdout)
 
 
@@ -424,11 +482,14 @@ def attacks(inst: dict) -> dict[str, str]:
     f2p = json.loads(inst["FAIL_TO_PASS"]) + json.loads(inst["PASS_TO_PASS"])
     fake = "import sys\n\n" + "".join(f"print('PASSED {t}')\n" for t in f2p) + "sys.exit(0)\n"
     return {
-        "conftest": patching.file_diff("conftest.py", None, ALWAYS_PASS) + patching.file_diff("tests/conftest.py", None, ALWAYS_PASS),
-        "ini_plugin": patching.file_diff("pytest.ini", None, "[pytest]\npythonpath = .\naddopts = -p evilplugin\n")
+        "conftest": patching.file_diff("conftest.py", None, ALWAYS_PASS)
+        + patching.file_diff("tests/conftest.py", None, ALWAYS_PASS),
+        "ini_plugin": patching.file_diff(
+            "pytest.ini", None, "[pytest]\npythonpath = .\naddopts = -p evilplugin\n"
+        )
         + patching.file_diff("evilplugin.py", None, ALWAYS_PASS),
         "pytest_shadow": patching.file_diff("pytest.py", None, fake),
-    }  # fmt: skip
+    }
 
 
 @needs_bwrap
@@ -503,10 +564,17 @@ def test_patch_into_dot_git_is_refused_by_grade(instances, sandbox, tmp_path):
 
 
 def swe_records() -> list[dict]:
-    record = {"repo": "astropy/astropy", "base_commit": "a" * 40, "patch": "diff --git a/x b/x\n",
-              "test_patch": "diff --git a/t b/t\n", "problem_statement": "Bug", "hints_text": "",
-              "created_at": "2023-01-01T00:00:00Z", "version": "5.1",
-              "environment_setup_commit": "b" * 40}  # fmt: skip
+    record = {
+        "repo": "astropy/astropy",
+        "base_commit": "a" * 40,
+        "patch": "diff --git a/x b/x\n",
+        "test_patch": "diff --git a/t b/t\n",
+        "problem_statement": "Bug",
+        "hints_text": "",
+        "created_at": "2023-01-01T00:00:00Z",
+        "version": "5.1",
+        "environment_setup_commit": "b" * 40,
+    }
     return [
         {
             **record,
@@ -530,8 +598,14 @@ def test_load_json_jsonl_and_parquet(tmp_path):
     records = swe_records()
     (tmp_path / "a.json").write_text(json.dumps(records))
     (tmp_path / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records) + "\n")
-    as_strings = [{**r, "FAIL_TO_PASS": json.dumps(loaders._tests(r["FAIL_TO_PASS"], "", "")),
-                   "PASS_TO_PASS": json.dumps(loaders._tests(r["PASS_TO_PASS"], "", ""))} for r in records]  # fmt: skip
+    as_strings = [
+        {
+            **r,
+            "FAIL_TO_PASS": json.dumps(loaders._tests(r["FAIL_TO_PASS"], "", "")),
+            "PASS_TO_PASS": json.dumps(loaders._tests(r["PASS_TO_PASS"], "", "")),
+        }
+        for r in records
+    ]
     pq.write_table(pa.Table.from_pylist(as_strings), tmp_path / "a.parquet")  # the Hub stores JSON strings
     for name in ("a.json", "a.jsonl", "a.parquet"):
         loaded = loaders.load_instances(str(tmp_path / name))

@@ -16,8 +16,14 @@ pytestmark = [pytest.mark.slow, needs_bwrap()]
 def test_sweep_runs_benches_survives_a_failure_and_writes_the_leaderboard(tmp_path, prefect_server) -> None:
     from flows.sweep import SweepConfig, run_sweep
 
-    cfg = SweepConfig(tasks=["math"], agents=["noop", "cli"], seeds=[0, 1], overrides=SMALL_OVERRIDES,
-                      runs_dir=str(tmp_path / "runs"), cache_dir=str(tmp_path / "cache"))  # fmt: skip
+    cfg = SweepConfig(
+        tasks=["math"],
+        agents=["noop", "cli"],
+        seeds=[0, 1],
+        overrides=SMALL_OVERRIDES,
+        runs_dir=str(tmp_path / "runs"),
+        cache_dir=str(tmp_path / "cache"),
+    )
     out = run_sweep(cfg)
     states = sorted((b["run"].split("-")[1], b["state"]) for b in out["benches"])
     assert states == [("cli", "failed"), ("cli", "failed"), ("noop", "completed"), ("noop", "completed")]

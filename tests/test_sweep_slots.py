@@ -42,14 +42,27 @@ class FakeBench:
 @pytest.fixture(scope="module")
 def configs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("slots")
-    sweep = SweepConfig(tasks=["math"], agents=["noop", "greedy"], seeds=[0, 1, 2, 4, 5],
-                        runs_dir=str(tmp / "runs"), cache_dir=str(tmp / "cache"))  # fmt: skip
+    sweep = SweepConfig(
+        tasks=["math"],
+        agents=["noop", "greedy"],
+        seeds=[0, 1, 2, 4, 5],
+        runs_dir=str(tmp / "runs"),
+        cache_dir=str(tmp / "cache"),
+    )
     return bench_configs(sweep)
 
 
-@pytest.mark.parametrize(("max_parallel", "gpus", "expected"),
-                         [(4, ["0", "1"], 2), (1, ["0", "1", "2"], 1), (3, ["0", "1", "2", "3"], 3),
-                          (3, [], 3), (0, [], 1), (8, ["0,1", "2,3"], 2)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("max_parallel", "gpus", "expected"),
+    [
+        (4, ["0", "1"], 2),
+        (1, ["0", "1", "2"], 1),
+        (3, ["0", "1", "2", "3"], 3),
+        (3, [], 3),
+        (0, [], 1),
+        (8, ["0,1", "2,3"], 2),
+    ],
+)
 def test_parallelism_is_bounded_by_the_gpu_slots(max_parallel, gpus, expected) -> None:
     assert parallelism(max_parallel, gpus) == expected
 
@@ -85,8 +98,14 @@ def test_without_gpus_no_slot_is_assigned(configs) -> None:
 
 def test_the_slot_is_the_hydra_override_sandbox_gpus(tmp_path) -> None:
     """with_gpu gives the config Hydra composes with `sandbox.gpus=<id>`, with the run id of the config without it."""
-    base = SweepConfig(tasks=["math"], agents=["noop"], seeds=[0], runs_dir=str(tmp_path / "r"),
-                       cache_dir=str(tmp_path / "c"), overrides=["budget.limit=5e12"])  # fmt: skip
+    base = SweepConfig(
+        tasks=["math"],
+        agents=["noop"],
+        seeds=[0],
+        runs_dir=str(tmp_path / "r"),
+        cache_dir=str(tmp_path / "c"),
+        overrides=["budget.limit=5e12"],
+    )
     [cfg] = bench_configs(base)
     [composed] = bench_configs(replace(base, overrides=[*base.overrides, "sandbox.gpus=1"]))
     slotted = with_gpu(cfg, "1")

@@ -12,10 +12,19 @@ from tests.conftest import needs_bwrap
 pytestmark = [pytest.mark.slow, needs_bwrap()]
 
 TAU_SMALL = [
-    "task=tau", "task.n_users=20", "task.n_pool=40", "task.n_val=8", "task.n_test=8", "task.initial_data_size=16",
-    "model.n_layer=2", "model.n_embd=64", "model.pretrain_steps=20", "model.pretrain_texts=500",
-    "agent.max_iterations=3", "budget.limit=5e12",
-]  # fmt: skip
+    "task=tau",
+    "task.n_users=20",
+    "task.n_pool=40",
+    "task.n_val=8",
+    "task.n_test=8",
+    "task.initial_data_size=16",
+    "model.n_layer=2",
+    "model.n_embd=64",
+    "model.pretrain_steps=20",
+    "model.pretrain_texts=500",
+    "agent.max_iterations=3",
+    "budget.limit=5e12",
+]
 
 
 @pytest.fixture(scope="module")

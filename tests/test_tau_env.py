@@ -81,8 +81,14 @@ def write_index(actions: list[dict]) -> int:
     return next(i for i, a in enumerate(actions) if a.get("name") in WRITE_TOOLS)
 
 
-NEW_ADDRESS = {"address1": "1 New Road", "address2": "Suite 2", "city": "Boston", "state": "MA",
-               "country": "USA", "zip": "02108"}  # fmt: skip
+NEW_ADDRESS = {
+    "address1": "1 New Road",
+    "address2": "Suite 2",
+    "city": "Boston",
+    "state": "MA",
+    "country": "USA",
+    "zip": "02108",
+}
 
 
 # --- 1. the gold path -----------------------------------------------------------------------------
@@ -183,8 +189,11 @@ def _wrong_write(db: dict, task: dict) -> dict | None:
     elif template in ("exchange", "modify_items"):
         old = next(i for i in order["items"] if i["item_id"] == kw["item_ids"][0])
         variants = db["products"][old["product_id"]]["variants"].values()
-        others = sorted(v["item_id"] for v in variants if v["available"]
-                        and v["item_id"] not in (old["item_id"], kw["new_item_ids"][0]))  # fmt: skip
+        others = sorted(
+            v["item_id"]
+            for v in variants
+            if v["available"] and v["item_id"] not in (old["item_id"], kw["new_item_ids"][0])
+        )
         if not others:
             return None
         kw["new_item_ids"] = others[:1]
@@ -264,8 +273,11 @@ def test_order_status_needs_the_status_in_an_agent_message(db, task_list):
 def test_outputs_with_commas_match_with_or_without_them(db, task_list):
     task = copy.deepcopy(of(task_list, "order_status")[0])
     task["outputs"] = ["1,234.50"]
-    for said, reward in [("It costs 1234.50 dollars.", 1.0), ("It costs 1,234.50 dollars.", 1.0),
-                         ("It costs 1,234.5 dollars.", 0.0)]:  # fmt: skip
+    for said, reward in [
+        ("It costs 1234.50 dollars.", 1.0),
+        ("It costs 1,234.50 dollars.", 1.0),
+        ("It costs 1,234.5 dollars.", 0.0),
+    ]:
         assert _status_episode(db, task, said).reward() == reward, said
 
 
@@ -365,9 +377,12 @@ READS = {
     "get_user_details": lambda db, task: call("get_user_details", user_id=task["user_id"]),
     "get_order_details": lambda db, task: call("get_order_details", order_id=sorted(db["orders"])[0]),
     "find_user_id_by_name_zip": lambda db, task: call(
-        "find_user_id_by_name_zip", first_name=task["user"]["first_name"],
-        last_name=task["user"]["last_name"], zip=task["user"]["zip"]),
-}  # fmt: skip
+        "find_user_id_by_name_zip",
+        first_name=task["user"]["first_name"],
+        last_name=task["user"]["last_name"],
+        zip=task["user"]["zip"],
+    ),
+}
 
 
 @pytest.mark.parametrize("read", sorted(READS))
@@ -387,18 +402,32 @@ def test_an_extra_read_in_the_gold_path_still_earns_one(db, task_list, template,
 # --- 7. bad actions are observations, not crashes -------------------------------------------------
 
 BAD_ACTIONS = [
-    ({"type": "tool_call", "name": "refund_everything", "arguments": {}}, "Error: unknown tool refund_everything"),
-    ({"type": "tool_call", "name": "get_order_details", "arguments": "#W1234567"},
-     "Error: arguments of get_order_details must be a JSON object, not str"),
-    ({"type": "tool_call", "name": "get_order_details", "arguments": {"order_id": 1234567}},
-     "Error: argument order_id of get_order_details must be a string, not int"),
-    ({"type": "tool_call", "name": "get_order_details"}, "Error: missing argument(s) for get_order_details: order_id"),
-    ({"type": "tool_call", "name": "get_order_details", "arguments": {"order_id": "#W0", "x": 1}},
-     "Error: unexpected argument(s) for get_order_details: x"),
+    (
+        {"type": "tool_call", "name": "refund_everything", "arguments": {}},
+        "Error: unknown tool refund_everything",
+    ),
+    (
+        {"type": "tool_call", "name": "get_order_details", "arguments": "#W1234567"},
+        "Error: arguments of get_order_details must be a JSON object, not str",
+    ),
+    (
+        {"type": "tool_call", "name": "get_order_details", "arguments": {"order_id": 1234567}},
+        "Error: argument order_id of get_order_details must be a string, not int",
+    ),
+    (
+        {"type": "tool_call", "name": "get_order_details"},
+        "Error: missing argument(s) for get_order_details: order_id",
+    ),
+    (
+        {"type": "tool_call", "name": "get_order_details", "arguments": {"order_id": "#W0", "x": 1}},
+        "Error: unexpected argument(s) for get_order_details: x",
+    ),
     ({"type": "tool_call", "name": None, "arguments": {}}, "Error: tool name must be a string"),
-    ({"type": "tool_call", "name": "calculate", "arguments": {"expression": "__import__('os')"}},
-     "Error: invalid characters in expression"),
-]  # fmt: skip
+    (
+        {"type": "tool_call", "name": "calculate", "arguments": {"expression": "__import__('os')"}},
+        "Error: invalid characters in expression",
+    ),
+]
 
 
 @pytest.mark.parametrize("bad,error", BAD_ACTIONS)
@@ -572,7 +601,13 @@ def test_the_research_side_sees_no_val_answers(provisioned):
     for t in hidden_val + domain.split(out, "test"):
         assert t["instruction"] not in research_text
     assert sorted(p.name for p in (out / "research").iterdir()) == [
-        "db.json", "demos.jsonl", "policy.md", "pool.jsonl", "tools.json", "val.jsonl"]  # fmt: skip
+        "db.json",
+        "demos.jsonl",
+        "policy.md",
+        "pool.jsonl",
+        "tools.json",
+        "val.jsonl",
+    ]
     pool_ids = {t["id"] for t in domain.split(out, "pool")}
     bank = [json.loads(line) for line in (out / "research" / "demos.jsonl").read_text().splitlines()]
     assert bank and {d["task_id"] for d in bank} == pool_ids  # demonstrations of train tasks only
@@ -727,7 +762,7 @@ ROUND_TRIP = [
         item_ids=["1", "1"],
         new_item_ids=["2", "3"],
         payment_method_id="gift_card_1",
-    ),  # fmt: skip
+    ),
     call(
         "modify_user_address",
         user_id="mei_kim_1",
@@ -737,7 +772,7 @@ ROUND_TRIP = [
         state="ZH",
         country="CH",
         zip="8001",
-    ),  # fmt: skip
+    ),
     say("Your order #W1234567 is delivered."),
     say(""),
     say('Line one, line two, with "quotes" and a \\ backslash and ünïcode'),
@@ -755,9 +790,19 @@ def test_action_text_round_trips(action):
 
 @pytest.mark.parametrize(
     "garbage",
-    ["", "   \n  ", "hello there", "123 get_order_details", '{"name": "respond"}', "get_order_details {order_id: 1}",
-     "respond_to_user hello", "cancel_pending_order #W1", "get_order_details #W1 | #W2", "get_order_details"],
-)  # fmt: skip
+    [
+        "",
+        "   \n  ",
+        "hello there",
+        "123 get_order_details",
+        '{"name": "respond"}',
+        "get_order_details {order_id: 1}",
+        "respond_to_user hello",
+        "cancel_pending_order #W1",
+        "get_order_details #W1 | #W2",
+        "get_order_details",
+    ],
+)
 def test_parse_rejects_garbage(garbage):
     with pytest.raises(ValueError):
         prompting.parse(garbage)
@@ -787,8 +832,10 @@ def test_sft_rows_complete_each_agent_turn_with_its_action(db, task_list):
 def test_parse_undoes_spaced_decoding():
     spaced = ' get_order_details { " order_id " : " # W885 " , " x " : [ " a . b @ c " ] }'
     assert prompting.parse(spaced, spaced=True) == {
-        "type": "tool_call", "name": "get_order_details", "arguments": {"order_id": "#W885", "x": ["a.b@c"]}
-    }  # fmt: skip
+        "type": "tool_call",
+        "name": "get_order_details",
+        "arguments": {"order_id": "#W885", "x": ["a.b@c"]},
+    }
 
 
 def test_kit_check_without_replay_agrees_with_the_replayed_reward(provisioned):

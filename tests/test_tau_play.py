@@ -86,8 +86,15 @@ def _play(tmp_path: Path, data_dir: Path, code: str, round_timeout_s: float = 30
     model = tmp_path / "model"
     model.mkdir()
     episodes = domain.episodes(data_dir, "test", TASK)
-    out = runner.play(make_sandbox("bwrap"), harness, model, episodes, limits=LIMITS,
-                      round_timeout_s=round_timeout_s, per_episode_timeout_s=0.5)  # fmt: skip
+    out = runner.play(
+        make_sandbox("bwrap"),
+        harness,
+        model,
+        episodes,
+        limits=LIMITS,
+        round_timeout_s=round_timeout_s,
+        per_episode_timeout_s=0.5,
+    )
     return episodes, out, domain.metrics(episodes, TASK)
 
 

@@ -12,9 +12,13 @@ from tests.conftest import needs_bwrap
 pytestmark = [pytest.mark.slow, needs_bwrap()]
 
 SMALL = [
-    "model.n_layer=2", "model.n_embd=64", "model.pretrain_steps=20", "model.pretrain_texts=500",
-    "agent.max_iterations=3", "budget.limit=5e12",
-]  # fmt: skip
+    "model.n_layer=2",
+    "model.n_embd=64",
+    "model.pretrain_steps=20",
+    "model.pretrain_texts=500",
+    "agent.max_iterations=3",
+    "budget.limit=5e12",
+]
 TASKS = {
     "terminal": [
         "task=terminal",

@@ -74,9 +74,17 @@ def test_a_hostile_harness_costs_only_its_episodes(tmp_path, math_data, backend,
     model.mkdir()
     (harness / "harness.py").write_text(HOSTILE_HARNESS)
     task = replace(cfg.task, round_timeout_s=20, per_episode_timeout_s=1)
-    params = dict(key="k", harness_dir=str(harness), model_dir=str(model), split=split, data_dir=str(data_dir),
-                  task_cfg=task, sandbox_cfg=SandboxConfig(backend=backend, step_wall_s=120, step_cpu_s=120),
-                  max_flops=None, cpu_seconds=120.0)  # fmt: skip
+    params = dict(
+        key="k",
+        harness_dir=str(harness),
+        model_dir=str(model),
+        split=split,
+        data_dir=str(data_dir),
+        task_cfg=task,
+        sandbox_cfg=SandboxConfig(backend=backend, step_wall_s=120, step_cpu_s=120),
+        max_flops=None,
+        cpu_seconds=120.0,
+    )
     out = play_step.fn(**params)  # the null-model check is this very play with a null model's folder
     assert out.score == 0.0 and out.n == 6
     assert out.charge.flops == 0.0 and any("not a number" in e for e in out.charge.errors)
@@ -181,8 +189,9 @@ def test_a_flood_of_output_leaves_the_orchestrator_memory_bounded(tmp_path, back
     script.write_text(FLOOD)
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    done = subprocess.run([sys.executable, str(script), backend], capture_output=True, text=True, timeout=300,
-                          env=env, cwd=root)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(script), backend], capture_output=True, text=True, timeout=300, env=env, cwd=root
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["play_output"]["long_lines"] == 1 and got["play_output"]["bytes"] >= 400 << 20

@@ -75,13 +75,37 @@ def rows(results: list[dict]) -> list[Row]:
         initial = statistics.fmean(r["initial"]["test_score"] for r in runs)
         refs = [r["reference"]["test_score"] for r in runs if r.get("reference")]
         reference = statistics.fmean(refs) if refs else None
-        gains = [g for r in runs if (g := normalised_gain(r["submitted"]["test_score"], r["initial"]["test_score"],
-                                                           (r.get("reference") or {}).get("test_score"))) is not None]  # fmt: skip
+        gains = [
+            g
+            for r in runs
+            if (
+                g := normalised_gain(
+                    r["submitted"]["test_score"],
+                    r["initial"]["test_score"],
+                    (r.get("reference") or {}).get("test_score"),
+                )
+            )
+            is not None
+        ]
         lo, hi = bootstrap_ci(scores)
         glo, ghi = bootstrap_ci(gains) if gains else (None, None)
-        out.append(Row(task, agent, len(runs), statistics.fmean(scores), lo, hi, initial, reference,
-                       statistics.fmean(gains) if gains else None, glo, ghi,
-                       statistics.fmean(r["budget"]["used"] for r in runs), runs[0]["budget"]["unit"]))  # fmt: skip
+        out.append(
+            Row(
+                task,
+                agent,
+                len(runs),
+                statistics.fmean(scores),
+                lo,
+                hi,
+                initial,
+                reference,
+                statistics.fmean(gains) if gains else None,
+                glo,
+                ghi,
+                statistics.fmean(r["budget"]["used"] for r in runs),
+                runs[0]["budget"]["unit"],
+            )
+        )
     return out
 
 
@@ -129,10 +153,17 @@ def write(runs_dir: Path, out_dir: Path | None = None) -> tuple[list[Row], dict]
     ]
     for r in table:
         gain = "-" if r.gain is None else f"{r.gain:.3f} [{r.gain_ci_low:.3f}, {r.gain_ci_high:.3f}]"
-        lines.append(f"| {r.task} | {r.agent} | {r.seeds} | {r.score:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}] | "
-                     f"{r.initial:.3f} | {_fmt(r.reference)} | {gain} | {r.budget_used:.3g} {r.budget_unit} |")  # fmt: skip
-    lines += ["", "## Aggregate across tasks (weights 1 / (reference - initial))", "",
-              "| agent | score | weights |", "|---|---:|---|"]  # fmt: skip
+        lines.append(
+            f"| {r.task} | {r.agent} | {r.seeds} | {r.score:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}] | "
+            f"{r.initial:.3f} | {_fmt(r.reference)} | {gain} | {r.budget_used:.3g} {r.budget_unit} |"
+        )
+    lines += [
+        "",
+        "## Aggregate across tasks (weights 1 / (reference - initial))",
+        "",
+        "| agent | score | weights |",
+        "|---|---:|---|",
+    ]
     for agent, a in agg.items():
         weights = ", ".join(f"{t} {w:.2f}" for t, w in a["weights"].items()) or "-"
         lines.append(f"| {agent} | {_fmt(a['score'])} | {weights} |")
@@ -154,8 +185,15 @@ def _plot(table: list[Row], path: Path) -> None:
     err = [[r.score - r.ci_low for r in table], [r.ci_high - r.score for r in table]]
     ax.bar(xs, [r.score for r in table], yerr=err, capsize=4, color="#2a7", label="submitted (95% CI)")
     ax.scatter(xs, [r.initial for r in table], color="#999", zorder=3, label="initial")
-    ax.scatter(xs, [r.reference if r.reference is not None else float("nan") for r in table], color="#36c",
-               marker="_", s=300, zorder=3, label="reference")  # fmt: skip
+    ax.scatter(
+        xs,
+        [r.reference if r.reference is not None else float("nan") for r in table],
+        color="#36c",
+        marker="_",
+        s=300,
+        zorder=3,
+        label="reference",
+    )
     ax.set_xticks(list(xs), labels)
     ax.set(ylabel="test score", ylim=(0, 1), title="Submitted test score by task and agent")
     ax.legend(fontsize=8)

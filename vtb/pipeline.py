@@ -112,13 +112,20 @@ def _build_tiny(
     domain = get_domain(task.name)
     tokens = domain.tokenizer_spec(task, data_dir)
     spec = {
-        "words": tokens["words"], "number_max": tokens["number_max"], "tokenizer": tokens.get("mode", "words"),
+        "words": tokens["words"],
+        "number_max": tokens["number_max"],
+        "tokenizer": tokens.get("mode", "words"),
         "texts": domain.pretraining_texts(task, data_dir, model.pretrain_texts, model.seed),
-        "model": {"n_layer": model.n_layer, "n_embd": model.n_embd, "n_head": model.n_head,
-                  # a domain whose conversations are long raises the window (tau: 512)
-                  "n_positions": max(model.n_positions, tokens.get("min_positions", 0)),
-                  "steps": model.pretrain_steps, "seed": model.seed},
-    }  # fmt: skip
+        "model": {
+            "n_layer": model.n_layer,
+            "n_embd": model.n_embd,
+            "n_head": model.n_head,
+            # a domain whose conversations are long raises the window (tau: 512)
+            "n_positions": max(model.n_positions, tokens.get("min_positions", 0)),
+            "steps": model.pretrain_steps,
+            "seed": model.seed,
+        },
+    }
     with tempfile.TemporaryDirectory(prefix="vtb-base-") as tmp:
         work = Path(tmp)
         (work / "spec.json").write_text(json.dumps(spec))
@@ -135,8 +142,10 @@ def _build_tiny(
         stream_lines(proc, echo)
         result = proc.wait()
         if result.returncode != 0 or not (work / "out" / "model" / "config.json").exists():
-            raise RuntimeError(f"building the tiny base model failed (rc={result.returncode}, killed="
-                               f"{result.killed}): {result.stderr[-2000:]}")  # fmt: skip
+            raise RuntimeError(
+                f"building the tiny base model failed (rc={result.returncode}, killed="
+                f"{result.killed}): {result.stderr[-2000:]}"
+            )
         shutil.move(str(work / "out" / "model"), dest)
     return charge_of(result)
 
@@ -168,8 +177,13 @@ def step_limits(
 ) -> Limits:
     """A step's limits: the sandbox config's per-step caps, tightened by what the budget has left."""
     cpu = cfg.step_cpu_s if cpu_seconds is None else min(cfg.step_cpu_s, cpu_seconds)
-    return Limits(wall_seconds=cfg.step_wall_s, cpu_seconds=cpu, memory_mb=cfg.memory_mb, max_flops=max_flops,
-                  gpu_seconds=gpu_seconds)  # fmt: skip
+    return Limits(
+        wall_seconds=cfg.step_wall_s,
+        cpu_seconds=cpu,
+        memory_mb=cfg.memory_mb,
+        max_flops=max_flops,
+        gpu_seconds=gpu_seconds,
+    )
 
 
 def train(

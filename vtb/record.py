@@ -72,12 +72,15 @@ class RunRecord:
     def write_timings(self, wall_seconds: float, steps: list[dict]) -> None:
         """Wall time per step call, and how much of the run was spent in sandboxed compute."""
         inside = sum(t["sandbox_wall_seconds"] for t in steps)
-        _dump(self.dir / "timings.json", {
-            "wall_seconds": round(wall_seconds, 2),
-            "sandbox_wall_seconds": round(inside, 2),
-            "outside_share": round(1 - inside / wall_seconds, 4) if wall_seconds else None,
-            "steps": steps,
-        })  # fmt: skip
+        _dump(
+            self.dir / "timings.json",
+            {
+                "wall_seconds": round(wall_seconds, 2),
+                "sandbox_wall_seconds": round(inside, 2),
+                "outside_share": round(1 - inside / wall_seconds, 4) if wall_seconds else None,
+                "steps": steps,
+            },
+        )
 
     def finish(self, cfg: BenchConfig, run: RunOutcome, ledger: Ledger, store: Path) -> dict:
         """Write the submission, manifest, grading, ledger, result and report; returns result.json."""
@@ -138,7 +141,7 @@ class RunRecord:
                 "gpu_seconds": budget.get("gpu_seconds", 0.0),
                 "agent_tokens": budget["agent_tokens"],
                 "agent_cost_usd": round(budget["agent_cost_usd"], 6),
-            },  # fmt: skip
+            },
             "iterations": len(history) - 1,
             "gains_by_part": gains,
             "record": str(self.dir),

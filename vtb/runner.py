@@ -82,9 +82,11 @@ def stream_lines(proc, echo: Callable[[str], None] | None, stats: StreamStats | 
             )
     head = []
     if stats.dropped_lines or stats.long_lines:
-        head = [f"[vtb: output of {stats.bytes} bytes; kept the last {len(kept)} lines, dropped "
-                f"{stats.dropped_lines} earlier lines and {stats.long_lines} lines over "
-                f"{MAX_LINE_BYTES} bytes ({stats.long_bytes} bytes)]\n"]  # fmt: skip
+        head = [
+            f"[vtb: output of {stats.bytes} bytes; kept the last {len(kept)} lines, dropped "
+            f"{stats.dropped_lines} earlier lines and {stats.long_lines} lines over "
+            f"{MAX_LINE_BYTES} bytes ({stats.long_bytes} bytes)]\n"
+        ]
     return head + list(kept)
 
 
@@ -302,8 +304,9 @@ def play(
         out.stderr_tail = result.stderr[-4000:]
         if result.usage.get("engine"):  # the harness's word: shown, never parsed further
             fallback = result.usage.get("engine_fallback")
-            out.engine = (str(result.usage["engine"])[:100] + (f" (fallback from {str(fallback)[:100]})"
-                                                              if fallback else ""))  # fmt: skip
+            out.engine = str(result.usage["engine"])[:100] + (
+                f" (fallback from {str(fallback)[:100]})" if fallback else ""
+            )
         if result.killed and result.killed != "closed":
             out.killed.append(result.killed)
 
@@ -378,8 +381,10 @@ def play(
         finish(proc)
     out.output = {**stats.record(), "garbage_lines": garbage}
     if stats.long_lines or garbage > len(out.garbage):
-        out.garbage.append(f"[vtb: {garbage} garbage lines in all; {stats.long_lines} lines over "
-                           f"{MAX_LINE_BYTES} bytes dropped unread ({stats.long_bytes} bytes)]")  # fmt: skip
+        out.garbage.append(
+            f"[vtb: {garbage} garbage lines in all; {stats.long_lines} lines over "
+            f"{MAX_LINE_BYTES} bytes dropped unread ({stats.long_bytes} bytes)]"
+        )
     return out
 
 

@@ -60,9 +60,15 @@ NO_CAPS = Caps()
 
 def kind(mode: int) -> str:
     """The kind of a file by its lstat mode: file, dir, symlink, fifo, socket, char-device, ..."""
-    for test, name in ((stat.S_ISREG, "file"), (stat.S_ISDIR, "dir"), (stat.S_ISLNK, "symlink"),
-                       (stat.S_ISFIFO, "fifo"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "char-device"),
-                       (stat.S_ISBLK, "block-device")):  # fmt: skip
+    for test, name in (
+        (stat.S_ISREG, "file"),
+        (stat.S_ISDIR, "dir"),
+        (stat.S_ISLNK, "symlink"),
+        (stat.S_ISFIFO, "fifo"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISCHR, "char-device"),
+        (stat.S_ISBLK, "block-device"),
+    ):
         if test(mode):
             return name
     return "other"
@@ -224,8 +230,11 @@ def copy_tree(
                     )
                 if link and _link_fd(fd, e.name, e.dir_fd, target):
                     continue
-                out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                              0o755 if st.st_mode & 0o111 else 0o644)  # fmt: skip
+                out = os.open(
+                    target,
+                    os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                    0o755 if st.st_mode & 0o111 else 0o644,
+                )
                 try:
                     _copy_fd(fd, st.st_size, out)
                 finally:

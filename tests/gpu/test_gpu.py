@@ -89,8 +89,11 @@ def test_gpu_seconds_are_metered_and_enforced_in_the_sandbox(tmp_path):
     )
     assert held.returncode == 0, held.stderr[-2000:]
     assert 3.0 <= held.gpu_seconds <= held.wall_seconds + 0.5
-    capped = sandbox.run([sys.executable, "-c", code], mounts=runtime_mounts(),
-                         limits=Limits(wall_seconds=120, cpu_seconds=120, gpu_seconds=1.0))  # fmt: skip
+    capped = sandbox.run(
+        [sys.executable, "-c", code],
+        mounts=runtime_mounts(),
+        limits=Limits(wall_seconds=120, cpu_seconds=120, gpu_seconds=1.0),
+    )
     assert capped.killed == "gpu" and capped.gpu_seconds < 3.0
 
 

@@ -135,8 +135,12 @@ class SandboxResearchEnv:
                     raise ValueError(f"agent.home_files: {rel!r} must be a path inside HOME")
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(text)
-            mounts = [*self._mounts, *extra_mounts, Mount(root / "agent", "/agent"),
-                      Mount(root / "home", "/home/agent", writable=True)]  # fmt: skip
+            mounts = [
+                *self._mounts,
+                *extra_mounts,
+                Mount(root / "agent", "/agent"),
+                Mount(root / "home", "/home/agent", writable=True),
+            ]
             argv = [PYTHON, "-m", "vtb.sandbox.egress"]
             proxy = EgressProxy(allow_hosts, root / "egress") if allow_hosts else None
             if proxy:
@@ -149,14 +153,20 @@ class SandboxResearchEnv:
             dropped = kept_bytes = 0
             stats = StreamStats()
             try:
-                proc = self._sandbox.start(argv, mounts=mounts, limits=limits, cwd="/ws",
-                                           env={"HOME": "/home/agent", **env})  # fmt: skip
+                proc = self._sandbox.start(
+                    argv, mounts=mounts, limits=limits, cwd="/ws", env={"HOME": "/home/agent", **env}
+                )
                 proc.stdin.close()
                 for raw in bounded_lines(proc.stdout, stats):  # lines over MAX_LINE_BYTES: counted only
                     tag, _, text = raw.rstrip("\n").partition(" ")
                     stream = {"1": "stdout", "2": "stderr"}.get(tag)
-                    lines.append({"t": round(time.time(), 3), "stream": stream or "bridge",
-                                  "line": text if stream else raw.rstrip("\n")})  # fmt: skip
+                    lines.append(
+                        {
+                            "t": round(time.time(), 3),
+                            "stream": stream or "bridge",
+                            "line": text if stream else raw.rstrip("\n"),
+                        }
+                    )
                     kept_bytes += len(lines[-1]["line"])
                     while len(lines) > MAX_AGENT_LINES or (kept_bytes > MAX_AGENT_BYTES and len(lines) > 1):
                         kept_bytes -= len(lines.popleft()["line"])
@@ -167,10 +177,17 @@ class SandboxResearchEnv:
                     proxy.close()
                     self.egress += sorted(proxy.log, key=lambda e: e["time"])  # by start time
         self.charge = self.charge + charge_of(result)
-        entry = {"time": time.time(), "agent_command": command, "returncode": result.returncode,
-                 "killed": result.killed, "output": list(lines), "dropped_lines": dropped,
-                 "output_stats": {**stats.record(), "dropped_lines": dropped},
-                 "sandbox_stderr": result.stderr[-4000:], "denials": result.denials[:20]}  # fmt: skip
+        entry = {
+            "time": time.time(),
+            "agent_command": command,
+            "returncode": result.returncode,
+            "killed": result.killed,
+            "output": list(lines),
+            "dropped_lines": dropped,
+            "output_stats": {**stats.record(), "dropped_lines": dropped},
+            "sandbox_stderr": result.stderr[-4000:],
+            "denials": result.denials[:20],
+        }
         self.log.append(entry)
         return entry
 

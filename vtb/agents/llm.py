@@ -28,26 +28,53 @@ NUDGE = "Continue with a tool call. When your edits for this turn are done, call
 
 def _tool(name: str, description: str, **props: dict) -> dict:
     required = [k for k, v in props.items() if not v.pop("optional", False)]
-    return {"type": "function", "function": {"name": name, "description": description,
-            "parameters": {"type": "object", "properties": props, "required": required}}}  # fmt: skip
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": props, "required": required},
+        },
+    }
 
 
 TOOLS = [
-    _tool("list_files", "List the workspace's files with their sizes.",
-          path={"type": "string", "description": "a folder in the workspace, default '.'", "optional": True}),
-    _tool("read_file", "Read a text file of the workspace.", path={"type": "string"},
-          offset={"type": "integer", "description": "first character, default 0", "optional": True}),
-    _tool("write_file", "Create or replace a file of the workspace.", path={"type": "string"},
-          content={"type": "string"}),
-    _tool("run", "Run a bash command in the research sandbox (cwd = workspace, /data and /base read-only, "
-                 "no network). Returns exit code, stdout and stderr.", command={"type": "string"},
-          timeout_s={"type": "number", "description": "default 300", "optional": True}),
+    _tool(
+        "list_files",
+        "List the workspace's files with their sizes.",
+        path={"type": "string", "description": "a folder in the workspace, default '.'", "optional": True},
+    ),
+    _tool(
+        "read_file",
+        "Read a text file of the workspace.",
+        path={"type": "string"},
+        offset={"type": "integer", "description": "first character, default 0", "optional": True},
+    ),
+    _tool(
+        "write_file",
+        "Create or replace a file of the workspace.",
+        path={"type": "string"},
+        content={"type": "string"},
+    ),
+    _tool(
+        "run",
+        "Run a bash command in the research sandbox (cwd = workspace, /data and /base read-only, "
+        "no network). Returns exit code, stdout and stderr.",
+        command={"type": "string"},
+        timeout_s={"type": "number", "description": "default 300", "optional": True},
+    ),
     _tool("feedback", "Past candidates (val score, edits per part, notes) and the budget left."),
-    _tool("end_turn", "End this turn: the pipeline trains and validates the workspace as it is now.",
-          notes={"type": "string", "description": "what you changed and why", "optional": True},
-          submit={"type": "boolean", "description": "true: stop iterating and submit the best candidate",
-                  "optional": True}),
-]  # fmt: skip
+    _tool(
+        "end_turn",
+        "End this turn: the pipeline trains and validates the workspace as it is now.",
+        notes={"type": "string", "description": "what you changed and why", "optional": True},
+        submit={
+            "type": "boolean",
+            "description": "true: stop iterating and submit the best candidate",
+            "optional": True,
+        },
+    ),
+]
 
 TOOLS_TEXT = (
     "Tools: list_files, read_file, write_file (paths relative to the workspace), run (a bash command in "
@@ -97,8 +124,12 @@ class LLMAgent:
                 "agent.model=<served model name>"
             )
         self.cfg = cfg
-        self.client = ChatClient(cfg.base_url, cfg.model, cfg.api_key_env,
-                                 timeout_s=float(cfg.options.get("request_timeout_s", 300)))  # fmt: skip
+        self.client = ChatClient(
+            cfg.base_url,
+            cfg.model,
+            cfg.api_key_env,
+            timeout_s=float(cfg.options.get("request_timeout_s", 300)),
+        )
         self.params = {k: cfg.options[k] for k in ("temperature", "top_p", "seed") if k in cfg.options}
         self.max_completion = int(cfg.options.get("max_completion_tokens", 4096))
 
@@ -136,11 +167,24 @@ class LLMAgent:
             p, c = usage or (len(json.dumps(messages)) // 4, len(json.dumps(message, default=str)) // 4)
             tokens += p + c
             env.charge_agent(p + c, price_of(cfg.prices, cfg.model, p, c), errors)
-            env.note({"llm_call": step, "prompt_tokens": p, "completion_tokens": c, "estimated": estimated,
-                      "message": message, **({"usage_errors": errors} if errors else {})})  # fmt: skip
+            env.note(
+                {
+                    "llm_call": step,
+                    "prompt_tokens": p,
+                    "completion_tokens": c,
+                    "estimated": estimated,
+                    "message": message,
+                    **({"usage_errors": errors} if errors else {}),
+                }
+            )
             calls = message.get("tool_calls") or []
-            messages.append({"role": "assistant", "content": message.get("content"),
-                             **({"tool_calls": calls} if calls else {})})  # fmt: skip
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": message.get("content"),
+                    **({"tool_calls": calls} if calls else {}),
+                }
+            )
             if not calls:
                 messages.append({"role": "user", "content": NUDGE})
                 continue
@@ -190,8 +234,14 @@ class LLMAgent:
                 return json.dumps({k: out[k] for k in keep if k in out})
             if name == "feedback":
                 fb = env.feedback()
-                return json.dumps({"iteration": fb.iteration, "max_iterations": fb.max_iterations,
-                                   "history": fb.history, "budget": fb.budget})  # fmt: skip
+                return json.dumps(
+                    {
+                        "iteration": fb.iteration,
+                        "max_iterations": fb.max_iterations,
+                        "history": fb.history,
+                        "budget": fb.budget,
+                    }
+                )
             return f"error: unknown tool {name!r}; tools: {', '.join(t['function']['name'] for t in TOOLS)}"
         except (KeyError, TypeError, ValueError) as err:
             return f"error: bad arguments for {name}: {err!r}"

@@ -111,12 +111,29 @@ class RowSystems:
     def write_initial_system(
         self, ws: Path, task: TaskConfig, trainer: TrainerConfig, data_dir: Path
     ) -> None:
-        write_system(ws, data_dir, self.make_rows, task.initial_data_size, task.data_seed,
-                     trainer_dict(trainer), self.harnesses / "plain", self.readme, task.initial_noise)  # fmt: skip
+        write_system(
+            ws,
+            data_dir,
+            self.make_rows,
+            task.initial_data_size,
+            task.data_seed,
+            trainer_dict(trainer),
+            self.harnesses / "plain",
+            self.readme,
+            task.initial_noise,
+        )
 
     def write_reference_system(self, ws: Path, task: TaskConfig, data_dir: Path) -> None:
-        write_system(ws, data_dir, self.make_rows, self.reference_rows, task.data_seed + 1,
-                     self.reference_trainer, self.harnesses / self.reference_harness, self.readme)  # fmt: skip
+        write_system(
+            ws,
+            data_dir,
+            self.make_rows,
+            self.reference_rows,
+            task.data_seed + 1,
+            self.reference_trainer,
+            self.harnesses / self.reference_harness,
+            self.readme,
+        )
 
 
 def tally(episodes: list, task_of) -> tuple[dict[str, list[bool]], dict[str, float], int]:

@@ -132,10 +132,15 @@ def train_deepspeed(
         if cfg["method"] == "lora":
             plain = plain.merge_and_unload()
         summary = {
-            "method": cfg["method"], "deepspeed": {**ds, "world_size": world}, **tally.summary(),
-            "rows": len(examples), "n_params": n_params, "seed": cfg["seed"],
-            "wall_seconds": round(time.time() - started, 3), "config": cfg,
-        }  # fmt: skip
+            "method": cfg["method"],
+            "deepspeed": {**ds, "world_size": world},
+            **tally.summary(),
+            "rows": len(examples),
+            "n_params": n_params,
+            "seed": cfg["seed"],
+            "wall_seconds": round(time.time() - started, 3),
+            "config": cfg,
+        }
         save_checkpoint(plain, tokenizer, base_dir, out_dir, summary)
     torch.distributed.barrier()
     return summary

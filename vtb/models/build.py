@@ -24,9 +24,17 @@ def main(argv: list[str] | None = None) -> None:
     tokenizer = build_tokenizer(spec["words"], spec["number_max"], mode=spec.get("tokenizer", "words"))
     m = spec["model"]
     build_tiny_model(
-        args.out, spec["texts"], tokenizer, n_layer=m["n_layer"], n_embd=m["n_embd"], n_head=m["n_head"],
-        n_positions=m["n_positions"], steps=m["steps"], seed=m["seed"], progress=lambda s: print(s, flush=True),
-    )  # fmt: skip
+        args.out,
+        spec["texts"],
+        tokenizer,
+        n_layer=m["n_layer"],
+        n_embd=m["n_embd"],
+        n_head=m["n_head"],
+        n_positions=m["n_positions"],
+        steps=m["steps"],
+        seed=m["seed"],
+        progress=lambda s: print(s, flush=True),
+    )
 
 
 if __name__ == "__main__":

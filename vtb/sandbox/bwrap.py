@@ -203,8 +203,9 @@ class BwrapSandbox:
         self._gpu_set = sandbox_gpus(gpus, gpu_reader)
         self.gpus = self._gpu_set.ids if self._gpu_set is not None else None
         if self.gpus is not None and not nvidia_nodes(self.gpus):
-            log.warning("sandbox.gpus=%s: no NVIDIA device nodes under %s; code inside will see no GPU",
-                        gpus, DEV_DIR)  # fmt: skip
+            log.warning(
+                "sandbox.gpus=%s: no NVIDIA device nodes under %s; code inside will see no GPU", gpus, DEV_DIR
+            )
 
     def env(self, limits: Limits, env: dict[str, str] | None) -> dict[str, str]:
         if self.gpus is None:

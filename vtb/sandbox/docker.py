@@ -273,10 +273,17 @@ class DockerSandbox:
         cid = None
         try:
             created = self.api.create_container(
-                self.image, argv, stdin_open=True, detach=False, environment=env,
-                working_dir=cwd, user=f"{os.getuid()}:{os.getgid()}", hostname="vtb", labels=labels,
+                self.image,
+                argv,
+                stdin_open=True,
+                detach=False,
+                environment=env,
+                working_dir=cwd,
+                user=f"{os.getuid()}:{os.getgid()}",
+                hostname="vtb",
+                labels=labels,
                 host_config=self.host_config(mounts, limits, out_dir, parent),
-            )  # fmt: skip
+            )
             cid = created["Id"]
             sock = self.api.attach_socket(cid, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
             started = time.monotonic()
@@ -318,9 +325,16 @@ class DockerProcess:
     """Implements `SandboxProcess` for a started container: pipes, limits, removal, result."""
 
     def __init__(
-        self, api, cid: str, sock, limits: Limits, out_dir: Path, parent: str, started: float,
+        self,
+        api,
+        cid: str,
+        sock,
+        limits: Limits,
+        out_dir: Path,
+        parent: str,
+        started: float,
         gpu: GpuMeter | None = None,
-    ):  # fmt: skip
+    ):
         self._api, self.id, self._limits = api, cid, limits
         self._gpu, self._gpu_pids = gpu, set()
         self._out_dir, self._parent, self._started = out_dir, parent, started

@@ -54,8 +54,9 @@ class PynvmlReader:
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as e:
-            raise RuntimeError(f"sandbox.gpus is set but NVML does not start ({e}): no NVIDIA driver? "
-                               f"{NVML_HINT}") from e  # fmt: skip
+            raise RuntimeError(
+                f"sandbox.gpus is set but NVML does not start ({e}): no NVIDIA driver? {NVML_HINT}"
+            ) from e
         self._nvml = pynvml
         self._handles: dict[int, object] = {}
 
@@ -105,8 +106,9 @@ def parse_gpus(spec: str | int | None, reader: NvmlReader | None = None) -> list
     for part in text.split(","):
         part = part.strip()
         if not part.isdigit():
-            raise ValueError(f"sandbox.gpus={spec!r}: expected 'all' or device indices like '0,1', "
-                             f"got {part!r}")  # fmt: skip
+            raise ValueError(
+                f"sandbox.gpus={spec!r}: expected 'all' or device indices like '0,1', got {part!r}"
+            )
         if int(part) in ids:
             raise ValueError(f"sandbox.gpus={spec!r}: device {part} is listed twice")
         ids.append(int(part))

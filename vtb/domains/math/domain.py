@@ -53,8 +53,15 @@ class MathDomain:
 
     def provision(self, task: TaskConfig, out: Path) -> dict:
         if task.source == "embedded":
-            splits = generator.make_splits(task.data_seed, task.n_pool, task.n_val, task.n_test, task.min_steps,
-                                           task.max_steps, test_seed=salt.hidden_seed(task))  # fmt: skip
+            splits = generator.make_splits(
+                task.data_seed,
+                task.n_pool,
+                task.n_val,
+                task.n_test,
+                task.min_steps,
+                task.max_steps,
+                test_seed=salt.hidden_seed(task),
+            )
         else:
             splits = _real_splits(task)
         seen: dict[str, str] = {}

@@ -292,7 +292,7 @@ def make_splits(
     the public seed and the test split is not. Disjointness is checked here, not assumed: a
     leak of test questions into the train pool would void the benchmark. `test_seed=None`: the
     default salt's seed (what a run with task.test_salt unset draws).
-    """  # fmt: skip
+    """
     if test_seed is None:
         test_seed = salt.seed_for(salt.DEFAULT_TEST_SALT, seed)
     public = generate_problems(seed, n_val + n_pool, min_steps, max_steps)

@@ -23,9 +23,16 @@ class SweEpisode(SingleTurn):
     def __init__(self, instance: dict, sandbox: Sandbox, scratch: Path, model_name: str = "vtb-system"):
         # No instance_id in the observation: it names the split (and a real instance); the
         # orchestrator renames the episode to an opaque id before the harness sees it.
-        start = {"type": "start", "episode": instance["instance_id"], "domain": "swe", "observation": {
-            "repo": instance["repo"], "problem_statement": instance["problem_statement"],
-            "files": instance["files"]}}  # fmt: skip
+        start = {
+            "type": "start",
+            "episode": instance["instance_id"],
+            "domain": "swe",
+            "observation": {
+                "repo": instance["repo"],
+                "problem_statement": instance["problem_statement"],
+                "files": instance["files"],
+            },
+        }
         super().__init__(start)
         self.instance, self.sandbox, self.scratch, self.model_name = instance, sandbox, scratch, model_name
         self._graded = BackgroundGrade(self._grade)
@@ -37,8 +44,11 @@ class SweEpisode(SingleTurn):
             if isinstance(self.action, dict) and self.action.get("type") == "patch"
             else None
         )
-        return {"instance_id": self.id, "model_name_or_path": self.model_name,
-                "model_patch": patch if isinstance(patch, str) else ""}  # fmt: skip
+        return {
+            "instance_id": self.id,
+            "model_name_or_path": self.model_name,
+            "model_patch": patch if isinstance(patch, str) else "",
+        }
 
     def step(self, action: dict) -> bool:
         super().step(action)
@@ -68,5 +78,11 @@ class SweEpisode(SingleTurn):
 
     def record(self) -> dict:
         report, log = self.grade()
-        return {"id": self.id, "reward": self.reward(), "failure": self.failure,
-                "prediction": self.prediction(), "report": report[self.id], "test_log_tail": log[-2000:]}  # fmt: skip
+        return {
+            "id": self.id,
+            "reward": self.reward(),
+            "failure": self.failure,
+            "prediction": self.prediction(),
+            "report": report[self.id],
+            "test_log_tail": log[-2000:],
+        }

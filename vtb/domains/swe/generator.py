@@ -37,16 +37,85 @@ BUGS = [
     "wrong_return",
 ]
 # The suffix of the hidden test's name, per template.
-TEST_SUFFIX = {"off_by_one": "includes_last", "wrong_operator": "boundary", "missing_edge_case": "empty",
-               "wrong_default": "default", "swapped_arguments": "argument_order", "wrong_return": "result"}  # fmt: skip
-STEMS = ["tally", "quill", "sprout", "pebble", "ember", "cobalt", "lumen", "harbor", "maple", "orbit", "pixel",
-         "quartz", "ripple", "saffron", "timber", "velvet", "willow", "zephyr", "acorn", "bramble", "cinder",
-         "fable", "glacier", "hazel", "indigo", "juniper", "kestrel", "lagoon", "meadow", "nimbus"]  # fmt: skip
+TEST_SUFFIX = {
+    "off_by_one": "includes_last",
+    "wrong_operator": "boundary",
+    "missing_edge_case": "empty",
+    "wrong_default": "default",
+    "swapped_arguments": "argument_order",
+    "wrong_return": "result",
+}
+STEMS = [
+    "tally",
+    "quill",
+    "sprout",
+    "pebble",
+    "ember",
+    "cobalt",
+    "lumen",
+    "harbor",
+    "maple",
+    "orbit",
+    "pixel",
+    "quartz",
+    "ripple",
+    "saffron",
+    "timber",
+    "velvet",
+    "willow",
+    "zephyr",
+    "acorn",
+    "bramble",
+    "cinder",
+    "fable",
+    "glacier",
+    "hazel",
+    "indigo",
+    "juniper",
+    "kestrel",
+    "lagoon",
+    "meadow",
+    "nimbus",
+]
 PKG_SUFFIXES = ["kit", "lib", "utils", "tools", "box", "ops"]
-MODULES = ["calc", "series", "text", "checks", "money", "lists", "fmt", "convert", "stats", "records", "units",
-           "helpers", "shapes", "scores"]  # fmt: skip
-WORDS = ["apple", "river", "stone", "cloud", "maple", "ember", "north", "piano", "tiger", "lemon", "orbit",
-         "candle", "harbor", "violet", "copper", "garden", "silver", "rocket", "meadow", "button"]  # fmt: skip
+MODULES = [
+    "calc",
+    "series",
+    "text",
+    "checks",
+    "money",
+    "lists",
+    "fmt",
+    "convert",
+    "stats",
+    "records",
+    "units",
+    "helpers",
+    "shapes",
+    "scores",
+]
+WORDS = [
+    "apple",
+    "river",
+    "stone",
+    "cloud",
+    "maple",
+    "ember",
+    "north",
+    "piano",
+    "tiger",
+    "lemon",
+    "orbit",
+    "candle",
+    "harbor",
+    "violet",
+    "copper",
+    "garden",
+    "silver",
+    "rocket",
+    "meadow",
+    "button",
+]
 AUTHOR = ("vtb", "vtb@example.invalid")
 COMMIT_MESSAGE = "Base commit"
 
@@ -100,13 +169,15 @@ def _off_by_one(rng):
     loop = f"range(1, {v} + 1)"
     shape = rng.choice(["sum", "product", "list"])
     if shape == "sum":
-        term, words, names = rng.choice([
-            ("k", "k", ["sum_upto", "total_upto", "triangle_number", "sum_first"]),
-            ("k * k", "k squared", ["sum_squares", "square_total", "squares_upto", "sum_of_squares"]),
-            ("k * k * k", "k cubed", ["sum_cubes", "cube_total", "cubes_upto", "sum_of_cubes"]),
-            (f"k * {c}", f"{c} times k", ["sum_multiples", "scaled_total", "multiple_sum"]),
-            (f"k + {c}", f"k plus {c}", ["shifted_sum", "offset_total", "padded_sum"]),
-        ])  # fmt: skip
+        term, words, names = rng.choice(
+            [
+                ("k", "k", ["sum_upto", "total_upto", "triangle_number", "sum_first"]),
+                ("k * k", "k squared", ["sum_squares", "square_total", "squares_upto", "sum_of_squares"]),
+                ("k * k * k", "k cubed", ["sum_cubes", "cube_total", "cubes_upto", "sum_of_cubes"]),
+                (f"k * {c}", f"{c} times k", ["sum_multiples", "scaled_total", "multiple_sum"]),
+                (f"k + {c}", f"k plus {c}", ["shifted_sum", "offset_total", "padded_sum"]),
+            ]
+        )
         body = ["total = 0", f"for k in {loop}:", f"    total += {term}", "return total"]
         doc = f"Return the sum of {words} for k from 1 to {v}, {v} included."
     elif shape == "product":
@@ -121,28 +192,50 @@ def _off_by_one(rng):
     else:
         v = rng.choice(["n", "count", "size"])
         loop = f"range(1, {v} + 1)"
-        term, doc, names = rng.choice([
-            (f"k * {c}", f"Return the first {v} multiples of {c}.", ["multiples", "times_table", "first_multiples"]),
-            (f"{c} ** k", f"Return the powers {c} ** 1 to {c} ** {v}.", [f"powers_of_{c}", "power_list"]),
-            (f'f"{p}{{k}}"', f"Return {v} labels: {p}1, {p}2, ... up to {p}{{{v}}}.", ["labels", "make_labels", "numbered_names"]),
-        ])  # fmt: skip
+        term, doc, names = rng.choice(
+            [
+                (
+                    f"k * {c}",
+                    f"Return the first {v} multiples of {c}.",
+                    ["multiples", "times_table", "first_multiples"],
+                ),
+                (f"{c} ** k", f"Return the powers {c} ** 1 to {c} ** {v}.", [f"powers_of_{c}", "power_list"]),
+                (
+                    f'f"{p}{{k}}"',
+                    f"Return {v} labels: {p}1, {p}2, ... up to {p}{{{v}}}.",
+                    ["labels", "make_labels", "numbered_names"],
+                ),
+            ]
+        )
         body = [f"return [{term} for k in {loop}]"]
     line = next(b for b in body if loop in b)
     cases = [(rng.randint(2, 5),), (rng.randint(6, 9),), (0,)]
-    return _func(rng.choice(names), v, doc, body, cases, bug="off_by_one", fixed=f"    {line}",
-                 buggy=f"    {line.replace(loop, f'range(1, {v})')}")  # fmt: skip
+    return _func(
+        rng.choice(names),
+        v,
+        doc,
+        body,
+        cases,
+        bug="off_by_one",
+        fixed=f"    {line}",
+        buggy=f"    {line.replace(loop, f'range(1, {v})')}",
+    )
 
 
 PREDICATES = {
-    ">=": [("age", range(16, 22), ["is_adult", "can_vote", "old_enough"]),
-           ("score", range(40, 85, 5), ["is_passing", "passes", "made_the_cut"]),
-           ("votes", range(3, 13), ["has_quorum", "enough_votes", "motion_carries"]),
-           ("temperature", range(25, 41), ["is_hot", "heat_alert", "needs_cooling"])],
-    "<=": [("cost", range(50, 550, 50), ["fits_budget", "is_affordable", "within_budget"]),
-           ("length", range(8, 21), ["is_short", "fits_line", "short_enough"]),
-           ("speed", range(30, 130, 10), ["is_legal_speed", "under_limit", "within_limit"]),
-           ("weight", range(5, 31), ["fits_luggage", "light_enough", "carry_on_ok"])],
-}  # fmt: skip
+    ">=": [
+        ("age", range(16, 22), ["is_adult", "can_vote", "old_enough"]),
+        ("score", range(40, 85, 5), ["is_passing", "passes", "made_the_cut"]),
+        ("votes", range(3, 13), ["has_quorum", "enough_votes", "motion_carries"]),
+        ("temperature", range(25, 41), ["is_hot", "heat_alert", "needs_cooling"]),
+    ],
+    "<=": [
+        ("cost", range(50, 550, 50), ["fits_budget", "is_affordable", "within_budget"]),
+        ("length", range(8, 21), ["is_short", "fits_line", "short_enough"]),
+        ("speed", range(30, 130, 10), ["is_legal_speed", "under_limit", "within_limit"]),
+        ("weight", range(5, 31), ["fits_luggage", "light_enough", "carry_on_ok"]),
+    ],
+}
 
 
 def _wrong_operator(rng):
@@ -154,9 +247,16 @@ def _wrong_operator(rng):
         v, values, names = rng.choice(PREDICATES[op])
         c = rng.choice(values)
         line = f"return {v} {op} {c}"
-        return _func(rng.choice(names), v, f"Return True when {v} is {words} {c}.", [line],
-                     [(c,), (c + rng.randint(3, 9),), (c - rng.randint(3, 9),)],
-                     bug="wrong_operator", fixed=f"    {line}", buggy=f"    {line.replace(op, strict)}")  # fmt: skip
+        return _func(
+            rng.choice(names),
+            v,
+            f"Return True when {v} is {words} {c}.",
+            [line],
+            [(c,), (c + rng.randint(3, 9),), (c - rng.randint(3, 9),)],
+            bug="wrong_operator",
+            fixed=f"    {line}",
+            buggy=f"    {line.replace(op, strict)}",
+        )
     # The limit is a parameter or a constant; `present` holds the boundary value, `absent` does not.
     xs, value, base = rng.choice(VARS_XS), rng.randint(1, 9), _ints(rng, 5)
     present, absent = base + [value], [x for x in base if x != value] or [value + 1]
@@ -168,8 +268,10 @@ def _wrong_operator(rng):
         lim = str(value)
         params, cases = xs, [(x,) for x in lists]
     if shape == "count":
-        names = {">=": ["count_at_least", "count_not_below", "num_reaching"],
-                 "<=": ["count_at_most", "count_not_above", "num_within"]}[op]  # fmt: skip
+        names = {
+            ">=": ["count_at_least", "count_not_below", "num_reaching"],
+            "<=": ["count_at_most", "count_not_above", "num_within"],
+        }[op]
         line, doc = (
             f"return sum(1 for x in {xs} if x {op} {lim})",
             f"Count the elements of {xs} that are {words} {lim}.",
@@ -183,31 +285,67 @@ def _wrong_operator(rng):
             f"return [x for x in {xs} if x {op} {lim}]",
             f"Return the elements of {xs} that are {words} {lim}, in order.",
         )
-    return _func(rng.choice(names), params, doc, [line], cases,
-                 bug="wrong_operator", fixed=f"    {line}", buggy=f"    {line.replace(op, strict)}")  # fmt: skip
+    return _func(
+        rng.choice(names),
+        params,
+        doc,
+        [line],
+        cases,
+        bug="wrong_operator",
+        fixed=f"    {line}",
+        buggy=f"    {line.replace(op, strict)}",
+    )
 
 
 def _missing_edge_case(rng):
     """`return total / len(xs)` -> `... if xs else 0.0`: an empty input divides by zero."""
     c, ch = rng.randint(0, 20), rng.choice("abcdefghklmnoprstw")
-    total, doc, names = rng.choice([
-        ("total = sum({xs})", "the mean of {xs}", ["mean", "average", "mean_value", "arithmetic_mean"]),
-        ("total = sum(x * x for x in {xs})", "the mean square of {xs}", ["mean_square", "avg_square"]),
-        ("total = sum(abs(x) for x in {xs})", "the mean absolute value of {xs}", ["mean_magnitude", "mean_abs"]),
-        ("hits = sum(1 for x in {xs} if x > {c})", "the share of values in {xs} above {c}", ["share_above", "fraction_over"]),
-        ("hits = sum(1 for x in {xs} if x < {c})", "the share of values in {xs} below {c}", ["share_below", "fraction_under"]),
-        ("total = sum(len(w) for w in {xs})", "the average length of the strings in {xs}", ["average_length", "mean_word_length", "avg_len"]),
-        ('hits = sum(1 for w in {xs} if w.startswith("{ch}"))', 'the share of strings in {xs} starting with "{ch}"',
-         [f"share_starting_with_{ch}", f"fraction_with_{ch}"]),
-    ])  # fmt: skip
+    total, doc, names = rng.choice(
+        [
+            ("total = sum({xs})", "the mean of {xs}", ["mean", "average", "mean_value", "arithmetic_mean"]),
+            ("total = sum(x * x for x in {xs})", "the mean square of {xs}", ["mean_square", "avg_square"]),
+            (
+                "total = sum(abs(x) for x in {xs})",
+                "the mean absolute value of {xs}",
+                ["mean_magnitude", "mean_abs"],
+            ),
+            (
+                "hits = sum(1 for x in {xs} if x > {c})",
+                "the share of values in {xs} above {c}",
+                ["share_above", "fraction_over"],
+            ),
+            (
+                "hits = sum(1 for x in {xs} if x < {c})",
+                "the share of values in {xs} below {c}",
+                ["share_below", "fraction_under"],
+            ),
+            (
+                "total = sum(len(w) for w in {xs})",
+                "the average length of the strings in {xs}",
+                ["average_length", "mean_word_length", "avg_len"],
+            ),
+            (
+                'hits = sum(1 for w in {xs} if w.startswith("{ch}"))',
+                'the share of strings in {xs} starting with "{ch}"',
+                [f"share_starting_with_{ch}", f"fraction_with_{ch}"],
+            ),
+        ]
+    )
     strings = " w " in total
     xs = rng.choice(VARS_WORDS if strings else VARS_XS)
     var = total.split(" =")[0]
     sample = rng.sample(WORDS, 3) if strings else _ints(rng, rng.randint(2, 5), -9, 9)
     line = f"return {var} / len({xs})"
-    return _func(rng.choice(names), xs, f"Return {doc.format(xs=xs, c=c, ch=ch)}, or 0.0 when {xs} is empty.",
-                 [total.format(xs=xs, c=c, ch=ch), f"{line} if {xs} else 0.0"], [([],), (sample,)],
-                 bug="missing_edge_case", fixed=f"    {line} if {xs} else 0.0", buggy=f"    {line}")  # fmt: skip
+    return _func(
+        rng.choice(names),
+        xs,
+        f"Return {doc.format(xs=xs, c=c, ch=ch)}, or 0.0 when {xs} is empty.",
+        [total.format(xs=xs, c=c, ch=ch), f"{line} if {xs} else 0.0"],
+        [([],), (sample,)],
+        bug="missing_edge_case",
+        fixed=f"    {line} if {xs} else 0.0",
+        buggy=f"    {line}",
+    )
 
 
 def _wrong_default(rng):
@@ -244,8 +382,16 @@ def _wrong_default(rng):
             [f"return str({arg}).zfill(width)"],
             [(rng.randint(1, 99),), (rng.randint(100, 999),), (123456789,)],
         )
-    return _func(name, f"{arg}, {param}={good}", doc, body, cases, bug="wrong_default",
-                 fixed=f"def {name}({arg}, {param}={good}):", buggy=f"def {name}({arg}, {param}={bad}):")  # fmt: skip
+    return _func(
+        name,
+        f"{arg}, {param}={good}",
+        doc,
+        body,
+        cases,
+        bug="wrong_default",
+        fixed=f"def {name}({arg}, {param}={good}):",
+        buggy=f"def {name}({arg}, {param}={bad}):",
+    )
 
 
 def _swapped_arguments(rng):
@@ -253,8 +399,13 @@ def _swapped_arguments(rng):
     shape = rng.choice(["clamp", "difference", "ratio"])
     if shape == "clamp":
         h = rng.choice(["clamp", "bound", "limit_to", "keep_between"])
-        helper = _func(h, "x, lo, hi", "Return x limited to the range [lo, hi].", ["return max(lo, min(x, hi))"],
-                       [(5, 0, 10), (-3, 0, 10), (42, 0, 10)])  # fmt: skip
+        helper = _func(
+            h,
+            "x, lo, hi",
+            "Return x limited to the range [lo, hi].",
+            ["return max(lo, min(x, hi))"],
+            [(5, 0, 10), (-3, 0, 10), (42, 0, 10)],
+        )
         lo, hi = rng.choice([0, 1, 5, 10]), rng.choice([20, 50, 64, 100, 255])
         v, name = (
             rng.choice(["x", "level", "score", "value"]),
@@ -290,8 +441,16 @@ def _swapped_arguments(rng):
             f"Return the fraction of the {c} {thing} that is done, given {v} of them are done.",
         )
         cases = [(rng.randint(1, c - 1),), (rng.randint(1, c - 1),), (c,)]
-    func = _func(name, v, doc, [f"return {h}({good})"], cases,
-                 bug="swapped_arguments", fixed=f"    return {h}({good})", buggy=f"    return {h}({bad})")  # fmt: skip
+    func = _func(
+        name,
+        v,
+        doc,
+        [f"return {h}({good})"],
+        cases,
+        bug="swapped_arguments",
+        fixed=f"    return {h}({good})",
+        buggy=f"    return {h}({bad})",
+    )
     return replace(func, helper=helper)
 
 
@@ -299,9 +458,14 @@ def _wrong_return(rng):
     """`return a` -> `return b`: an intermediate value is returned instead of the result."""
     shape = rng.choice(["text", "money", "unique", "spread"])
     if shape == "text":
-        method, case, safe = rng.choice([("lower", "lower case", "quiet river"), ("upper", "upper case", "LOUD RIVER"),
-                                         ("title", "title case", "Maple Stone"),
-                                         ("capitalize", "sentence case", "Quiet river")])  # fmt: skip
+        method, case, safe = rng.choice(
+            [
+                ("lower", "lower case", "quiet river"),
+                ("upper", "upper case", "LOUD RIVER"),
+                ("title", "title case", "Maple Stone"),
+                ("capitalize", "sentence case", "Quiet river"),
+            ]
+        )
         a = rng.choice(["stripped", "trimmed", "cleaned", "bare", "text"])
         b = rng.choice(["result", "normalized", "final", "out", "styled"])
         name = rng.choice(
@@ -316,10 +480,24 @@ def _wrong_return(rng):
             rng.choice(["amount", "price", "cost"]),
         )
         pct = round(rate * 100)
-        a, b, sign, doc, names = rng.choice([
-            ("tax", "total", "+", f"Return {params} plus {pct}% tax.", ["with_tax", "gross_price", "add_tax"]),
-            ("discount", "final", "-", f"Return {params} after a {pct}% discount.", ["sale_price", "discounted", "net_price"]),
-        ])  # fmt: skip
+        a, b, sign, doc, names = rng.choice(
+            [
+                (
+                    "tax",
+                    "total",
+                    "+",
+                    f"Return {params} plus {pct}% tax.",
+                    ["with_tax", "gross_price", "add_tax"],
+                ),
+                (
+                    "discount",
+                    "final",
+                    "-",
+                    f"Return {params} after a {pct}% discount.",
+                    ["sale_price", "discounted", "net_price"],
+                ),
+            ]
+        )
         name, body = (
             rng.choice(names),
             [f"{a} = {params} * {rate}", f"{b} = {params} {sign} {a}", f"return {b}"],
@@ -370,43 +548,133 @@ def _fillers(rng: random.Random) -> list[Func]:
     xs, ys = _ints(rng, 5), _ints(rng, 4, -5, 20)
     n, w = rng.randint(5, 12), rng.randint(2, 3)
     return [
-        _func(rng.choice([f"scale_by_{c}", f"times_{c}", f"multiply_by_{c}"]), "x", f"Return x times {c}.",
-              [f"return x * {c}"], [(rng.randint(1, 20),), (-3,)]),
-        _func(rng.choice([f"is_multiple_of_{c}", f"divisible_by_{c}"]), "n", f"Return True when n is a multiple of {c}.",
-              [f"return n % {c} == 0"], [(c * rng.randint(1, 9),), (c * rng.randint(1, 9) + 1,)]),
-        _func(rng.choice(["count_words", "word_count", "num_words"]), "text", "Return the number of words in text.",
-              ["return len(text.split())"], [(s,), ("",)]),
-        _func(rng.choice(["reverse_words", "flip_words"]), "text", "Return the words of text in reverse order.",
-              ['return " ".join(reversed(text.split()))'], [(s,), (t,)]),
-        _func(rng.choice(["initials", "monogram"]), "name", "Return the upper-case first letters of the words in name.",
-              ['return "".join(w[0].upper() for w in name.split())'], [(t,), (s,)]),
-        _func(rng.choice(["spread", "value_range", "max_gap"]), "xs", "Return the largest value of xs minus the smallest.",
-              ["return max(xs) - min(xs)"], [(xs,), (ys,)]),
-        _func(rng.choice(["to_fahrenheit", "celsius_to_fahrenheit"]), "celsius", "Convert degrees Celsius to Fahrenheit.",
-              ["return celsius * 9 / 5 + 32"], [(rng.randint(-10, 40),), (100,)]),
-        _func(rng.choice(["chunk", "split_into", "batches"]), "xs, size", "Split xs into lists of size items (the last may be shorter).",
-              ["return [xs[i : i + size] for i in range(0, len(xs), size)]"], [(xs, 2), (list(range(n)), w)]),
-        _func(rng.choice(["flatten", "concat_rows"]), "rows", "Return the items of all rows in one list.",
-              ["return [x for row in rows for x in row]"], [([xs[:2], xs[2:]],), ([[], ys],)]),
-        _func(rng.choice(["count_vowels", "vowel_count"]), "text", "Return how many vowels text contains.",
-              ['return sum(1 for ch in text.lower() if ch in "aeiou")'], [(s,), (t.upper(),)]),
-        _func(rng.choice(["is_palindrome", "reads_same_backwards"]), "text", "Return True when text reads the same backwards, ignoring spaces and case.",
-              ['cleaned = text.replace(" ", "").lower()', "return cleaned == cleaned[::-1]"], [("Never odd or even",), (t,)]),
-        _func(rng.choice(["running_total", "cumulative_sum", "prefix_sums"]), "xs", "Return the running totals of xs.",
-              ["acc = 0", "out = []", "for x in xs:", "    acc += x", "    out.append(acc)", "return out"], [(xs,), (ys,)]),
-        _func(rng.choice(["last_word", "final_word"]), "text", 'Return the last word of text, or "" when there is none.',
-              ["words = text.split()", 'return words[-1] if words else ""'], [(s,), ("   ",)]),
-        _func(rng.choice(["percent", "as_percent"]), "part, whole", "Return part as a percentage of whole, rounded to 1 decimal.",
-              ["return round(100 * part / whole, 1)"], [(rng.randint(1, 9), rng.randint(10, 40)), (3, 3)]),
-        _func(rng.choice(["dedupe", "unique_in_order"]), "xs", "Return xs without repeated values, keeping the first of each.",
-              ["return list(dict.fromkeys(xs))"], [(xs + xs[:2],), (ys,)]),
-        _func(rng.choice(["to_snake", "make_key", "slugify"]), "text", "Return text in lower case with spaces replaced by underscores.",
-              ['return text.strip().lower().replace(" ", "_")'], [(t.title(),), (f" {s} ",)]),
-        _func(rng.choice(["shorten", "truncate", "ellipsize"]), "text", f'Return text cut to {n} characters plus "..." when it is longer.',
-              [f'return text if len(text) <= {n} else text[:{n}] + "..."'], [(s,), (t[:n],)]),
-        _func(rng.choice(["as_clock", "format_minutes"]), "minutes", "Return minutes as hours:minutes, e.g. 75 -> 1:15.",
-              ['return f"{minutes // 60}:{minutes % 60:02d}"'], [(rng.randint(61, 600),), (5,)]),
-    ]  # fmt: skip
+        _func(
+            rng.choice([f"scale_by_{c}", f"times_{c}", f"multiply_by_{c}"]),
+            "x",
+            f"Return x times {c}.",
+            [f"return x * {c}"],
+            [(rng.randint(1, 20),), (-3,)],
+        ),
+        _func(
+            rng.choice([f"is_multiple_of_{c}", f"divisible_by_{c}"]),
+            "n",
+            f"Return True when n is a multiple of {c}.",
+            [f"return n % {c} == 0"],
+            [(c * rng.randint(1, 9),), (c * rng.randint(1, 9) + 1,)],
+        ),
+        _func(
+            rng.choice(["count_words", "word_count", "num_words"]),
+            "text",
+            "Return the number of words in text.",
+            ["return len(text.split())"],
+            [(s,), ("",)],
+        ),
+        _func(
+            rng.choice(["reverse_words", "flip_words"]),
+            "text",
+            "Return the words of text in reverse order.",
+            ['return " ".join(reversed(text.split()))'],
+            [(s,), (t,)],
+        ),
+        _func(
+            rng.choice(["initials", "monogram"]),
+            "name",
+            "Return the upper-case first letters of the words in name.",
+            ['return "".join(w[0].upper() for w in name.split())'],
+            [(t,), (s,)],
+        ),
+        _func(
+            rng.choice(["spread", "value_range", "max_gap"]),
+            "xs",
+            "Return the largest value of xs minus the smallest.",
+            ["return max(xs) - min(xs)"],
+            [(xs,), (ys,)],
+        ),
+        _func(
+            rng.choice(["to_fahrenheit", "celsius_to_fahrenheit"]),
+            "celsius",
+            "Convert degrees Celsius to Fahrenheit.",
+            ["return celsius * 9 / 5 + 32"],
+            [(rng.randint(-10, 40),), (100,)],
+        ),
+        _func(
+            rng.choice(["chunk", "split_into", "batches"]),
+            "xs, size",
+            "Split xs into lists of size items (the last may be shorter).",
+            ["return [xs[i : i + size] for i in range(0, len(xs), size)]"],
+            [(xs, 2), (list(range(n)), w)],
+        ),
+        _func(
+            rng.choice(["flatten", "concat_rows"]),
+            "rows",
+            "Return the items of all rows in one list.",
+            ["return [x for row in rows for x in row]"],
+            [([xs[:2], xs[2:]],), ([[], ys],)],
+        ),
+        _func(
+            rng.choice(["count_vowels", "vowel_count"]),
+            "text",
+            "Return how many vowels text contains.",
+            ['return sum(1 for ch in text.lower() if ch in "aeiou")'],
+            [(s,), (t.upper(),)],
+        ),
+        _func(
+            rng.choice(["is_palindrome", "reads_same_backwards"]),
+            "text",
+            "Return True when text reads the same backwards, ignoring spaces and case.",
+            ['cleaned = text.replace(" ", "").lower()', "return cleaned == cleaned[::-1]"],
+            [("Never odd or even",), (t,)],
+        ),
+        _func(
+            rng.choice(["running_total", "cumulative_sum", "prefix_sums"]),
+            "xs",
+            "Return the running totals of xs.",
+            ["acc = 0", "out = []", "for x in xs:", "    acc += x", "    out.append(acc)", "return out"],
+            [(xs,), (ys,)],
+        ),
+        _func(
+            rng.choice(["last_word", "final_word"]),
+            "text",
+            'Return the last word of text, or "" when there is none.',
+            ["words = text.split()", 'return words[-1] if words else ""'],
+            [(s,), ("   ",)],
+        ),
+        _func(
+            rng.choice(["percent", "as_percent"]),
+            "part, whole",
+            "Return part as a percentage of whole, rounded to 1 decimal.",
+            ["return round(100 * part / whole, 1)"],
+            [(rng.randint(1, 9), rng.randint(10, 40)), (3, 3)],
+        ),
+        _func(
+            rng.choice(["dedupe", "unique_in_order"]),
+            "xs",
+            "Return xs without repeated values, keeping the first of each.",
+            ["return list(dict.fromkeys(xs))"],
+            [(xs + xs[:2],), (ys,)],
+        ),
+        _func(
+            rng.choice(["to_snake", "make_key", "slugify"]),
+            "text",
+            "Return text in lower case with spaces replaced by underscores.",
+            ['return text.strip().lower().replace(" ", "_")'],
+            [(t.title(),), (f" {s} ",)],
+        ),
+        _func(
+            rng.choice(["shorten", "truncate", "ellipsize"]),
+            "text",
+            f'Return text cut to {n} characters plus "..." when it is longer.',
+            [f'return text if len(text) <= {n} else text[:{n}] + "..."'],
+            [(s,), (t[:n],)],
+        ),
+        _func(
+            rng.choice(["as_clock", "format_minutes"]),
+            "minutes",
+            "Return minutes as hours:minutes, e.g. 75 -> 1:15.",
+            ['return f"{minutes // 60}:{minutes % 60:02d}"'],
+            [(rng.randint(61, 600),), (5,)],
+        ),
+    ]
 
 
 # ---- evaluating our own sources and writing the repository ----
@@ -553,11 +821,24 @@ def _git_date(instance: dict) -> str:
 
 def _git(folder: Path, date: str, *args: str) -> str:
     """Run git in `folder` with a fixed identity and dates and no user/system config; its stdout."""
-    env = {**os.environ, **GIT_ENV, "GIT_AUTHOR_NAME": AUTHOR[0], "GIT_AUTHOR_EMAIL": AUTHOR[1],
-           "GIT_COMMITTER_NAME": AUTHOR[0], "GIT_COMMITTER_EMAIL": AUTHOR[1],
-           "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}  # fmt: skip
-    config = [f"user.name={AUTHOR[0]}", f"user.email={AUTHOR[1]}", "init.defaultBranch=main",
-              "commit.gpgsign=false", "core.autocrlf=false", "core.hooksPath=/dev/null"]  # fmt: skip
+    env = {
+        **os.environ,
+        **GIT_ENV,
+        "GIT_AUTHOR_NAME": AUTHOR[0],
+        "GIT_AUTHOR_EMAIL": AUTHOR[1],
+        "GIT_COMMITTER_NAME": AUTHOR[0],
+        "GIT_COMMITTER_EMAIL": AUTHOR[1],
+        "GIT_AUTHOR_DATE": date,
+        "GIT_COMMITTER_DATE": date,
+    }
+    config = [
+        f"user.name={AUTHOR[0]}",
+        f"user.email={AUTHOR[1]}",
+        "init.defaultBranch=main",
+        "commit.gpgsign=false",
+        "core.autocrlf=false",
+        "core.hooksPath=/dev/null",
+    ]
     argv = ["git", *(x for c in config for x in ("-c", c)), *args]
     return subprocess.run(argv, cwd=folder, env=env, check=True, capture_output=True, text=True).stdout
 
@@ -624,8 +905,10 @@ def make_instances(seed: int, n: int, prefix: str, exclude: set | None = None) -
     live, misses = list(BUGS), dict.fromkeys(BUGS, 0)
     while len(out) < n:
         if not live:
-            raise ValueError(f"cannot make {n} distinct {prefix} instances: the recipe library ran out; "
-                             "lower the split sizes")  # fmt: skip
+            raise ValueError(
+                f"cannot make {n} distinct {prefix} instances: the recipe library ran out; "
+                "lower the split sizes"
+            )
         bug = live[len(out) % len(live)]
         target = rng.choice(BUG_RECIPES[bug])(rng)
         key = (bug, target.name, target.source.replace(target.fixed, target.buggy))
@@ -638,23 +921,25 @@ def make_instances(seed: int, n: int, prefix: str, exclude: set | None = None) -
         misses[bug] = 0
         exclude.add(key)
         created = datetime(2024, 1, 1, tzinfo=UTC) + timedelta(seconds=rng.randrange(365 * 86400))
-        out.append({
-            "instance_id": f"vtb__{built['pkg']}-{prefix}-{len(out):04d}",
-            "repo": f"vtb-embedded/{built['pkg']}",
-            "base_commit": "",
-            "patch": built["patch"],
-            "test_patch": built["test_patch"],
-            "problem_statement": built["problem_statement"],
-            "hints_text": "",
-            "created_at": created.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "version": "0.1",
-            "FAIL_TO_PASS": json.dumps(built["FAIL_TO_PASS"]),
-            "PASS_TO_PASS": json.dumps(built["PASS_TO_PASS"]),
-            "environment_setup_commit": "",
-            "bug": bug,
-            "files": built["files"],
-            "fix": built["fix"],
-        })  # fmt: skip
+        out.append(
+            {
+                "instance_id": f"vtb__{built['pkg']}-{prefix}-{len(out):04d}",
+                "repo": f"vtb-embedded/{built['pkg']}",
+                "base_commit": "",
+                "patch": built["patch"],
+                "test_patch": built["test_patch"],
+                "problem_statement": built["problem_statement"],
+                "hints_text": "",
+                "created_at": created.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "version": "0.1",
+                "FAIL_TO_PASS": json.dumps(built["FAIL_TO_PASS"]),
+                "PASS_TO_PASS": json.dumps(built["PASS_TO_PASS"]),
+                "environment_setup_commit": "",
+                "bug": bug,
+                "files": built["files"],
+                "fix": built["fix"],
+            }
+        )
     for instance, sha in zip(out, _commit_shas(out), strict=True):
         instance["base_commit"] = instance["environment_setup_commit"] = sha
     return out

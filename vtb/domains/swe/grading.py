@@ -51,8 +51,18 @@ FAIL_TO_PASS, PASS_TO_PASS, FAIL_TO_FAIL, PASS_TO_FAIL = (
 RESOLVED_FULL, RESOLVED_PARTIAL, RESOLVED_NO = "RESOLVED_FULL", "RESOLVED_PARTIAL", "RESOLVED_NO"
 START_TEST_OUTPUT, END_TEST_OUTPUT = ">>>>> Start Test Output", ">>>>> End Test Output"
 TEST_EXIT_CODE, TESTS_TIMEOUT = ">>>>> Test Exit Code", ">>>>> Tests Timed Out"
-PYTEST_FLAGS = ("-rA", "-p", "no:cacheprovider", "--noconftest", "-c", "/dev/null", "--rootdir", "/repo",
-                "-o", "pythonpath=/repo")  # fmt: skip
+PYTEST_FLAGS = (
+    "-rA",
+    "-p",
+    "no:cacheprovider",
+    "--noconftest",
+    "-c",
+    "/dev/null",
+    "--rootdir",
+    "/repo",
+    "-o",
+    "pythonpath=/repo",
+)
 PYTEST_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": "0"}
 _SKIP_SUMMARY_COUNT = re.compile(r"^\[\d+\]$")
 
@@ -164,8 +174,12 @@ def grade(
     if sandbox is None:
         raise ValueError("grade() runs untrusted code: pass a sandbox")
     iid = instance["instance_id"]
-    result = {"patch_is_None": model_patch is None, "patch_exists": False,
-              "patch_successfully_applied": False, "resolved": False}  # fmt: skip
+    result = {
+        "patch_is_None": model_patch is None,
+        "patch_exists": False,
+        "patch_successfully_applied": False,
+        "resolved": False,
+    }
     report = {iid: result}
     if model_patch is None or not model_patch.strip():
         return report, "empty patch: nothing to apply, tests not run"

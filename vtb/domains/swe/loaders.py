@@ -12,8 +12,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-REQUIRED = ("instance_id", "repo", "base_commit", "patch", "test_patch", "problem_statement",
-            "FAIL_TO_PASS", "PASS_TO_PASS")  # fmt: skip
+REQUIRED = (
+    "instance_id",
+    "repo",
+    "base_commit",
+    "patch",
+    "test_patch",
+    "problem_statement",
+    "FAIL_TO_PASS",
+    "PASS_TO_PASS",
+)
 OPTIONAL = {"hints_text": "", "created_at": "", "version": "", "environment_setup_commit": ""}
 SUFFIXES = (".json", ".jsonl", ".parquet")
 

@@ -121,9 +121,13 @@ def _run_local(repo_dir: Path, tmp: Path, limits: Limits) -> tuple[bool, str]:
     argv = ["/bin/sh", "-c", APPLY_SCRIPT, "vtb-apply", str(tmp / "patch.diff"), str(tmp / "apply.index")]
     try:
         done = subprocess.run(
-            argv, cwd=repo_dir, env={**os.environ, **GIT_ENV}, capture_output=True, text=True,
+            argv,
+            cwd=repo_dir,
+            env={**os.environ, **GIT_ENV},
+            capture_output=True,
+            text=True,
             timeout=limits.wall_seconds,
-        )  # fmt: skip
+        )
     except subprocess.TimeoutExpired:
         return False, f"{APPLY_FAILED}: timed out after {limits.wall_seconds:g} s"
     return done.returncode == 0, done.stdout + done.stderr

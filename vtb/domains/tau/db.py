@@ -9,15 +9,60 @@ from __future__ import annotations
 
 import random
 
-FIRST_NAMES = ["Mei", "Omar", "Sofia", "Liam", "Aisha", "Noah", "Yuki", "Ethan", "Fatima", "Lucas",
-               "Olivia", "Mateo", "Chloe", "Ivan", "Amara", "Daniel", "Lena", "Raj", "Emma", "Hugo"]  # fmt: skip
-LAST_NAMES = ["Kim", "Hassan", "Rossi", "Smith", "Khan", "Garcia", "Sato", "Brown", "Ali", "Silva",
-              "Lopez", "Muller", "Patel", "Nguyen", "Wilson", "Moreau", "Johansson", "Davis"]  # fmt: skip
+FIRST_NAMES = [
+    "Mei",
+    "Omar",
+    "Sofia",
+    "Liam",
+    "Aisha",
+    "Noah",
+    "Yuki",
+    "Ethan",
+    "Fatima",
+    "Lucas",
+    "Olivia",
+    "Mateo",
+    "Chloe",
+    "Ivan",
+    "Amara",
+    "Daniel",
+    "Lena",
+    "Raj",
+    "Emma",
+    "Hugo",
+]
+LAST_NAMES = [
+    "Kim",
+    "Hassan",
+    "Rossi",
+    "Smith",
+    "Khan",
+    "Garcia",
+    "Sato",
+    "Brown",
+    "Ali",
+    "Silva",
+    "Lopez",
+    "Muller",
+    "Patel",
+    "Nguyen",
+    "Wilson",
+    "Moreau",
+    "Johansson",
+    "Davis",
+]
 STREETS = ["Oak", "Maple", "Pine", "Cedar", "Elm", "Lake", "Hill", "River", "Park", "Sunset"]
 STREET_KINDS = ["Street", "Avenue", "Road", "Lane"]
-CITIES = [("Austin", "TX", "78701"), ("Denver", "CO", "80202"), ("Seattle", "WA", "98101"),
-          ("Boston", "MA", "02108"), ("Chicago", "IL", "60601"), ("Phoenix", "AZ", "85004"),
-          ("Portland", "OR", "97201"), ("Columbus", "OH", "43215")]  # fmt: skip
+CITIES = [
+    ("Austin", "TX", "78701"),
+    ("Denver", "CO", "80202"),
+    ("Seattle", "WA", "98101"),
+    ("Boston", "MA", "02108"),
+    ("Chicago", "IL", "60601"),
+    ("Phoenix", "AZ", "85004"),
+    ("Portland", "OR", "97201"),
+    ("Columbus", "OH", "43215"),
+]
 BRANDS = ["visa", "mastercard"]
 # product name -> option name -> values; every combination is a variant
 PRODUCTS = {
@@ -111,10 +156,15 @@ def make_db(seed: int, n_users: int = 30, max_orders: int = 3) -> dict:
             oid = f"#W{_digits(rng, 7, used)}"
             picked = rng.sample(variants, rng.randint(1, 3))
             items = [
-                {"name": p["name"], "product_id": p["product_id"], "item_id": v["item_id"],
-                 "price": v["price"], "options": v["options"]}
+                {
+                    "name": p["name"],
+                    "product_id": p["product_id"],
+                    "item_id": v["item_id"],
+                    "price": v["price"],
+                    "options": v["options"],
+                }
                 for p, v in picked
-            ]  # fmt: skip
+            ]
             status = rng.choice(STATUSES)
             total = round(sum(i["price"] for i in items), 2)
             paid_with = rng.choice(sorted(methods))

@@ -25,8 +25,14 @@ HERE = Path(__file__).parent
 HARNESSES = HERE / "kit" / "harnesses"
 POLICY = (HERE / "policy.md").read_text()
 
-REFERENCE_TRAINER = {"method": "full", "lr": 3e-3, "epochs": 10, "batch_size": 8, "lr_schedule": "cosine",
-                     "max_length": 384}  # fmt: skip
+REFERENCE_TRAINER = {
+    "method": "full",
+    "lr": 3e-3,
+    "epochs": 10,
+    "batch_size": 8,
+    "lr_schedule": "cosine",
+    "max_length": 384,
+}
 REFERENCE_DEMOS = 400
 # A whole conversation is one SFT row (up to ~300 tokens): the tiny model's window and the
 # trainer's max_length are raised to this for tau, whatever the model/trainer config says.
@@ -77,8 +83,13 @@ class TauDomain:
         write_jsonl(hidden / "val.jsonl", val)
         write_jsonl(hidden / "test.jsonl", test)
         demotools.write_bank(research / "demos.jsonl", pool, db)
-        return {"pool": len(pool), "val": len(val), "test": len(test), "users": len(db["users"]),
-                "orders": len(db["orders"])}  # fmt: skip
+        return {
+            "pool": len(pool),
+            "val": len(val),
+            "test": len(test),
+            "users": len(db["users"]),
+            "orders": len(db["orders"]),
+        }
 
     def split(self, data_dir: Path, name: str) -> list[dict]:
         if name == "pool":
@@ -97,8 +108,11 @@ class TauDomain:
             demos = [d for d in bank if d.get("flaw") is None and d["trial"] < trials]
             if trials > demotools.BANK_TRIALS:
                 pool, db = self.split(data_dir, "pool"), self.db(data_dir)
-                demos += [demotools.play_demo(t, db, trial) for trial in range(demotools.BANK_TRIALS, trials)
-                          for t in pool]  # fmt: skip
+                demos += [
+                    demotools.play_demo(t, db, trial)
+                    for trial in range(demotools.BANK_TRIALS, trials)
+                    for t in pool
+                ]
             self._demo_cache = (key, demos)
         return self._demo_cache[1]
 
@@ -125,8 +139,9 @@ class TauDomain:
     ) -> None:
         """A few demonstrations, some flawed; the configured trainer; the plain harness."""
         pool = self.split(data_dir, "pool")
-        demos = demotools.make_demos(pool, self.db(data_dir), task.initial_data_size, seed=task.data_seed,
-                                     flawed=task.initial_noise)  # fmt: skip
+        demos = demotools.make_demos(
+            pool, self.db(data_dir), task.initial_data_size, seed=task.data_seed, flawed=task.initial_noise
+        )
         self._write(
             ws,
             demos,

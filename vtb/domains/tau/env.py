@@ -45,8 +45,12 @@ class TauEpisode:
         observation: dict = {"messages": self.messages}
         if fresh:
             observation |= {"tools": TOOL_SCHEMAS, "policy": self.policy}
-        return {"type": "start" if fresh else "observation", "episode": self.id, "domain": "tau",
-                "observation": observation}  # fmt: skip
+        return {
+            "type": "start" if fresh else "observation",
+            "episode": self.id,
+            "domain": "tau",
+            "observation": observation,
+        }
 
     def step(self, action: dict) -> bool:
         self.steps += 1
@@ -77,8 +81,19 @@ class TauEpisode:
     def _tool_call(self, name, arguments) -> None:
         call_id = f"call_{self.steps}"
         shown = arguments if isinstance(arguments, dict) else {"_raw": arguments}
-        self.messages.append({"role": "assistant", "content": None, "tool_calls": [
-            {"id": call_id, "type": "function", "function": {"name": str(name), "arguments": json.dumps(shown)}}]})  # fmt: skip
+        self.messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": str(name), "arguments": json.dumps(shown)},
+                    }
+                ],
+            }
+        )
         result = (
             call_tool(self.db, name, arguments)
             if isinstance(name, str)
@@ -107,6 +122,14 @@ class TauEpisode:
         return 1.0
 
     def record(self) -> dict:
-        return {"id": self.id, "task": self.task["id"], "trial": self.trial, "reward": self.reward(),
-                "finished": self.finished, "timeout": self.timeout, "failure": self.failure,
-                "steps": self.steps, "messages": self.messages}  # fmt: skip
+        return {
+            "id": self.id,
+            "task": self.task["id"],
+            "trial": self.trial,
+            "reward": self.reward(),
+            "finished": self.finished,
+            "timeout": self.timeout,
+            "failure": self.failure,
+            "steps": self.steps,
+            "messages": self.messages,
+        }

@@ -42,8 +42,10 @@ def plan(
     if facts["email"] in first_message:
         identify = _call("find_user_id_by_email", {"email": facts["email"]})
     else:
-        identify = _call("find_user_id_by_name_zip", {"first_name": facts["first_name"],
-                                                      "last_name": facts["last_name"], "zip": facts["zip"]})  # fmt: skip
+        identify = _call(
+            "find_user_id_by_name_zip",
+            {"first_name": facts["first_name"], "last_name": facts["last_name"], "zip": facts["zip"]},
+        )
     gold = task["actions"][1:]  # the first gold action is the identity lookup
     reads = [_call(a["name"], a["kwargs"]) for a in gold if a["name"] not in WRITE_TOOLS]
     writes = [_call(a["name"], copy.deepcopy(a["kwargs"])) for a in gold if a["name"] in WRITE_TOOLS]
@@ -83,10 +85,12 @@ def _flawed(write: dict, flaw: str, rng: random.Random) -> dict:
                 "ordered by mistake" if args["reason"] == "no longer needed" else "no longer needed"
             )
     elif flaw == "wrong_tool":
-        swaps = {"cancel_pending_order": "modify_pending_order_address",
-                 "return_delivered_order_items": "exchange_delivered_order_items",
-                 "exchange_delivered_order_items": "return_delivered_order_items",
-                 "modify_pending_order_items": "cancel_pending_order"}  # fmt: skip
+        swaps = {
+            "cancel_pending_order": "modify_pending_order_address",
+            "return_delivered_order_items": "exchange_delivered_order_items",
+            "exchange_delivered_order_items": "return_delivered_order_items",
+            "modify_pending_order_items": "cancel_pending_order",
+        }
         if write["name"] not in swaps:
             return _flawed(write, "wrong_id", rng)
         write["name"] = swaps[write["name"]]

@@ -15,8 +15,16 @@ from vtb.domains.tau.db import random_address
 from vtb.domains.tau.tools import WRITE_TOOLS, call_tool
 
 REASONS = ["no longer needed", "ordered by mistake"]
-TEMPLATES = ["cancel", "modify_payment", "return", "exchange", "modify_items", "user_address",
-             "order_address", "order_status"]  # fmt: skip
+TEMPLATES = [
+    "cancel",
+    "modify_payment",
+    "return",
+    "exchange",
+    "modify_items",
+    "user_address",
+    "order_address",
+    "order_status",
+]
 SOURCE_WORDS = {"credit_card": "credit card", "paypal": "paypal", "gift_card": "gift card"}
 
 
@@ -64,19 +72,26 @@ def _modify_payment(db, user, rng):
         current = order["payment_history"][0]["payment_method_id"]
         total = order["payment_history"][0]["amount"]
         choices = [
-            m for m in user["payment_methods"].values()
+            m
+            for m in user["payment_methods"].values()
             if m["id"] != current and (m["source"] != "gift_card" or m["balance"] >= total)
-        ]  # fmt: skip
+        ]
         if choices:
             method = rng.choice(sorted(choices, key=lambda m: m["id"]))
             oid, word = order["order_id"], SOURCE_WORDS[method["source"]]
             return (
                 f"You want to pay for order {oid} with your {word} instead.",
-                [_get_order(oid), {"name": "get_user_details", "kwargs": {"user_id": user["user_id"]}},
-                 {"name": "modify_pending_order_payment", "kwargs": {"order_id": oid, "payment_method_id": method["id"]}}],
+                [
+                    _get_order(oid),
+                    {"name": "get_user_details", "kwargs": {"user_id": user["user_id"]}},
+                    {
+                        "name": "modify_pending_order_payment",
+                        "kwargs": {"order_id": oid, "payment_method_id": method["id"]},
+                    },
+                ],
                 [],
                 {"order_id": oid, "payment": word},
-            )  # fmt: skip
+            )
     return None
 
 
@@ -116,11 +131,14 @@ def _swap(db, user, rng, status: str, tool: str, verb: str):
     return (
         f"You want to {verb} the {item['name']} in order {oid} for the {wanted} one, paying any difference"
         " with the original payment method.",
-        [_get_order(oid), {"name": "get_product_details", "kwargs": {"product_id": item["product_id"]}},
-         {"name": tool, "kwargs": kwargs}],
+        [
+            _get_order(oid),
+            {"name": "get_product_details", "kwargs": {"product_id": item["product_id"]}},
+            {"name": tool, "kwargs": kwargs},
+        ],
         [],
         {"order_id": oid, "item": item["name"], "wanted": wanted},
-    )  # fmt: skip
+    )
 
 
 def _exchange(db, user, rng):
@@ -207,9 +225,15 @@ def make_task(db: dict, user_id: str, template: str, rng: random.Random, task_id
         "actions": [_find(user), *actions],
         "outputs": outputs,
         "template": template,
-        "user": {"first_name": name["first_name"], "last_name": name["last_name"], "zip": user["address"]["zip"],
-                 "email": user["email"], "kind": template, **request},
-    }  # fmt: skip
+        "user": {
+            "first_name": name["first_name"],
+            "last_name": name["last_name"],
+            "zip": user["address"]["zip"],
+            "email": user["email"],
+            "kind": template,
+            **request,
+        },
+    }
     replay(db, task["actions"])
     return task
 
@@ -228,8 +252,10 @@ def make_tasks(db: dict, seed: int, n: int, prefix: str, exclude: set[tuple] | N
     misses = dict.fromkeys(TEMPLATES, 0)
     while len(tasks) < n:
         if not live:
-            raise ValueError(f"cannot make {n} distinct {prefix} tasks from this database; "
-                             "raise task.n_users or lower the split sizes")  # fmt: skip
+            raise ValueError(
+                f"cannot make {n} distinct {prefix} tasks from this database; "
+                "raise task.n_users or lower the split sizes"
+            )
         template = live[len(tasks) % len(live)]
         task = make_task(db, rng.choice(users), template, rng, f"{prefix}-{len(tasks):04d}")
         key = None

@@ -14,23 +14,39 @@ import random
 STOP = "###STOP###"
 
 OPENINGS = {
-    "cancel": ["I want to cancel order {order_id} because it is {reason}.",
-               "Please cancel my order {order_id}, reason: {reason}."],
-    "modify_payment": ["I want to pay for order {order_id} with my {payment} instead.",
-                       "Please switch the payment of order {order_id} to my {payment}."],
-    "return": ["I want to return the {item} from order {order_id}, refund to the original payment method.",
-               "Please return the {item} in order {order_id} to the original payment method."],
-    "exchange": ["I want to exchange the {item} in order {order_id} for the {wanted} one.",
-                 "Please exchange my {item} from order {order_id} for the {wanted} one."],
-    "modify_items": ["I want to change the {item} in order {order_id} to the {wanted} one.",
-                     "Please change my {item} in order {order_id} to the {wanted} one."],
-    "user_address": ["I moved. Please change my address to {address}.",
-                     "Please update my default address to {address}."],
-    "order_address": ["Please ship order {order_id} to {address} instead.",
-                      "I want order {order_id} sent to {address}."],
-    "order_status": ["What is the status of order {order_id}?",
-                     "Can you tell me the status of my order {order_id}?"],
-}  # fmt: skip
+    "cancel": [
+        "I want to cancel order {order_id} because it is {reason}.",
+        "Please cancel my order {order_id}, reason: {reason}.",
+    ],
+    "modify_payment": [
+        "I want to pay for order {order_id} with my {payment} instead.",
+        "Please switch the payment of order {order_id} to my {payment}.",
+    ],
+    "return": [
+        "I want to return the {item} from order {order_id}, refund to the original payment method.",
+        "Please return the {item} in order {order_id} to the original payment method.",
+    ],
+    "exchange": [
+        "I want to exchange the {item} in order {order_id} for the {wanted} one.",
+        "Please exchange my {item} from order {order_id} for the {wanted} one.",
+    ],
+    "modify_items": [
+        "I want to change the {item} in order {order_id} to the {wanted} one.",
+        "Please change my {item} in order {order_id} to the {wanted} one.",
+    ],
+    "user_address": [
+        "I moved. Please change my address to {address}.",
+        "Please update my default address to {address}.",
+    ],
+    "order_address": [
+        "Please ship order {order_id} to {address} instead.",
+        "I want order {order_id} sent to {address}.",
+    ],
+    "order_status": [
+        "What is the status of order {order_id}?",
+        "Can you tell me the status of my order {order_id}?",
+    ],
+}
 
 
 def _identity(facts: dict, by_email: bool) -> str:

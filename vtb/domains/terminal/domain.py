@@ -70,8 +70,10 @@ class TerminalDomain(common.RowSystems):
     def tokenizer_spec(self, task: TaskConfig, data_dir: Path) -> dict:
         """Every piece of instructions and commands the generator can produce, kept exact (spaces)."""
         corpus = [t["instruction"] + "\n" + t["solution"] for t in self.split(data_dir, "pool")]
-        corpus += [t["instruction"] + "\n" + t["solution"]
-                   for t in generator.make_tasks(task.data_seed + 7919, VOCAB_TASKS, "vocab", set())]  # fmt: skip
+        corpus += [
+            t["instruction"] + "\n" + t["solution"]
+            for t in generator.make_tasks(task.data_seed + 7919, VOCAB_TASKS, "vocab", set())
+        ]
         for name in ("val", "test"):  # their words, never their solutions
             corpus += [t["instruction"] for t in self.split(data_dir, name)]
         return {"words": corpus, "number_max": 99, "mode": "exact"}
@@ -99,8 +101,11 @@ class TerminalDomain(common.RowSystems):
             raise ValueError("terminal episodes run commands: they need a sandbox")
         scratch = Path(tempfile.mkdtemp(prefix=f"vtb-terminal-{split}-"))
         trials = task.trials if split == "test" else task.val_trials
-        return [TerminalEpisode(t, trial, sandbox, scratch, task.max_steps_per_episode)
-                for t in self.split(data_dir, split) for trial in range(trials)]  # fmt: skip
+        return [
+            TerminalEpisode(t, trial, sandbox, scratch, task.max_steps_per_episode)
+            for t in self.split(data_dir, split)
+            for trial in range(trials)
+        ]
 
     def metrics(self, episodes: list[TerminalEpisode], task: TaskConfig) -> dict:
         by_task, by_template, trials = common.tally(episodes, lambda ep: ep.task)

@@ -60,10 +60,17 @@ class TerminalEpisode:
     # --- runner.Episode ---------------------------------------------------------------------
     def message(self, fresh: bool) -> dict:
         # No trial number: test and validation run different numbers of trials, so it would tell them apart.
-        observation = {"instruction": self.task["instruction"], "history": self.history,
-                       "max_steps": self.max_steps}  # fmt: skip
-        return {"type": "start" if fresh else "observation", "episode": self.id, "domain": "terminal",
-                "observation": observation}  # fmt: skip
+        observation = {
+            "instruction": self.task["instruction"],
+            "history": self.history,
+            "max_steps": self.max_steps,
+        }
+        return {
+            "type": "start" if fresh else "observation",
+            "episode": self.id,
+            "domain": "terminal",
+            "observation": observation,
+        }
 
     def step(self, action: dict) -> bool:
         kind = action.get("type")
@@ -72,8 +79,14 @@ class TerminalEpisode:
         elif kind == "shell" and isinstance(action.get("command"), str):
             self.history.append({"command": action["command"], **self._run(action["command"])})
         else:
-            self.history.append({"command": None, "output": f"(not run: action {kind!r} is not a shell "
-                                 "command or a final answer)", "exit_code": None, "timed_out": False})  # fmt: skip
+            self.history.append(
+                {
+                    "command": None,
+                    "output": f"(not run: action {kind!r} is not a shell command or a final answer)",
+                    "exit_code": None,
+                    "timed_out": False,
+                }
+            )
         if not self.finished and (len(self.history) >= self.max_steps or self._time_left() <= 0):
             self.timeout = True
         if self.over:
@@ -92,8 +105,12 @@ class TerminalEpisode:
     def _run(self, command: str) -> dict:
         if self.shell is None:
             self.started = self.started or time.monotonic()
-            limits = Limits(wall_seconds=self.time_limit + 5, cpu_seconds=self.time_limit + 5,
-                            memory_mb=MEMORY_MB, max_processes=MAX_PROCESSES)  # fmt: skip
+            limits = Limits(
+                wall_seconds=self.time_limit + 5,
+                cpu_seconds=self.time_limit + 5,
+                memory_mb=MEMORY_MB,
+                max_processes=MAX_PROCESSES,
+            )
             self.shell = ShellSession(self.sandbox, self.app_dir, limits)
         return self.shell.run(command, timeout=max(0.5, self._time_left()))
 
@@ -124,6 +141,15 @@ class TerminalEpisode:
 
     def record(self) -> dict:
         statuses, log = self.grade()
-        return {"id": self.id, "task": self.task["id"], "trial": self.trial, "reward": self.reward(),
-                "finished": self.finished, "timeout": self.timeout, "failure": self.failure,
-                "history": self.history, "tests": statuses, "test_log_tail": log[-2000:]}  # fmt: skip
+        return {
+            "id": self.id,
+            "task": self.task["id"],
+            "trial": self.trial,
+            "reward": self.reward(),
+            "finished": self.finished,
+            "timeout": self.timeout,
+            "failure": self.failure,
+            "history": self.history,
+            "tests": statuses,
+            "test_log_tail": log[-2000:],
+        }

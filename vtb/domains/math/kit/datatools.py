@@ -152,8 +152,11 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vtb.domains.math.kit.datatools", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m vtb.domains.math.kit.datatools",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("check", help="count rows and arithmetically inconsistent rows")
     p.add_argument("inp")

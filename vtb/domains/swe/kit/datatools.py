@@ -76,8 +76,16 @@ def _index(pool: list[dict]) -> dict[str, dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return rowtools.run_cli(argv, prog="python -m vtb.domains.swe.kit.datatools", doc=__doc__, make_rows=make_rows, index=_index,
-                            is_correct=is_correct, default_n=600, gold="gold edit")  # fmt: skip
+    return rowtools.run_cli(
+        argv,
+        prog="python -m vtb.domains.swe.kit.datatools",
+        doc=__doc__,
+        make_rows=make_rows,
+        index=_index,
+        is_correct=is_correct,
+        default_n=600,
+        gold="gold edit",
+    )
 
 
 if __name__ == "__main__":

@@ -79,10 +79,11 @@ def gold_reward(demo: dict, task: dict) -> float:
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
         return 0.0
     ended = STOP in str(messages[-1].get("content") or "") or any(
-        m.get("role") == "assistant" and m.get("tool_calls")
+        m.get("role") == "assistant"
+        and m.get("tool_calls")
         and prompting.message_action(m)["name"] == "transfer_to_human_agents"
         for m in messages
-    )  # fmt: skip
+    )
     gold = [
         (a["name"], json.dumps(a["kwargs"], sort_keys=True))
         for a in task["actions"]
@@ -90,8 +91,11 @@ def gold_reward(demo: dict, task: dict) -> float:
     ]
     if not ended or _writes(messages) != gold:
         return 0.0
-    said = [str(m["content"]).lower().replace(",", "") for m in messages
-            if m.get("role") == "assistant" and m.get("content")]  # fmt: skip
+    said = [
+        str(m["content"]).lower().replace(",", "")
+        for m in messages
+        if m.get("role") == "assistant" and m.get("content")
+    ]
     for output in task.get("outputs", []):
         if not any(output.lower().replace(",", "") in text for text in said):
             return 0.0
@@ -109,8 +113,11 @@ def sft_rows(demos: list[dict]) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m vtb.domains.tau.kit.datatools", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m vtb.domains.tau.kit.datatools",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("demos", help="expert demonstrations of train tasks (sampled from /data/demos.jsonl)")
     p.add_argument("--n", type=int, required=True)
@@ -146,8 +153,10 @@ def main(argv: list[str] | None = None) -> None:
     demos = read_jsonl(Path(args.path))
     unknown = [d.get("task_id") for d in demos if d.get("task_id") not in pool]
     if unknown:
-        sys.exit(f"{len(unknown)} demonstrations name tasks not in {args.pool} (first: {unknown[0]}); "
-                 "only train-pool tasks can be checked")  # fmt: skip
+        sys.exit(
+            f"{len(unknown)} demonstrations name tasks not in {args.pool} (first: {unknown[0]}); "
+            "only train-pool tasks can be checked"
+        )
     rewards = [score(d, pool[d["task_id"]], known) for d in demos]
     per = Counter((pool[d["task_id"]].get("template"), r) for d, r in zip(demos, rewards, strict=True))
     print(f"{sum(rewards):.0f}/{len(demos)} demonstrations earn reward 1")

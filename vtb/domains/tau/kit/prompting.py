@@ -24,9 +24,15 @@ from vtb.domains.tau.kit.schemas import TOOL_SCHEMAS
 
 RESPOND = "respond"
 PARAMS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOL_SCHEMAS}
-WRITES = ("cancel_pending_order", "modify_pending_order_address", "modify_pending_order_items",
-          "modify_pending_order_payment", "modify_user_address", "return_delivered_order_items",
-          "exchange_delivered_order_items")  # fmt: skip
+WRITES = (
+    "cancel_pending_order",
+    "modify_pending_order_address",
+    "modify_pending_order_items",
+    "modify_pending_order_payment",
+    "modify_user_address",
+    "return_delivered_order_items",
+    "exchange_delivered_order_items",
+)
 
 
 def _j(value: object) -> str:

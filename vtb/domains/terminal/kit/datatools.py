@@ -68,8 +68,16 @@ def _index(pool: list[dict]) -> dict[str, dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return rowtools.run_cli(argv, prog="python -m vtb.domains.terminal.kit.datatools", doc=__doc__, make_rows=make_rows, index=_index,
-                            is_correct=is_correct, default_n=800, gold="reference command")  # fmt: skip
+    return rowtools.run_cli(
+        argv,
+        prog="python -m vtb.domains.terminal.kit.datatools",
+        doc=__doc__,
+        make_rows=make_rows,
+        index=_index,
+        is_correct=is_correct,
+        default_n=800,
+        gold="reference command",
+    )
 
 
 if __name__ == "__main__":

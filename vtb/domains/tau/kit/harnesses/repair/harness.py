@@ -94,8 +94,11 @@ class Context:
     def new_items(self, values: list[str]) -> list[str]:
         if not self.product:
             return values
-        fits = [v["item_id"] for v in self.product["variants"].values()
-                if v.get("available") and all(str(o).lower() in self.user.split() for o in v["options"].values())]  # fmt: skip
+        fits = [
+            v["item_id"]
+            for v in self.product["variants"].values()
+            if v.get("available") and all(str(o).lower() in self.user.split() for o in v["options"].values())
+        ]
         return fits if len(fits) == 1 and values != fits else values
 
     def order_id(self, value: str) -> str:
@@ -201,8 +204,13 @@ def main() -> None:
             todo = [i for i, a in enumerate(actions) if a is None]
             if not todo:
                 break
-            again = engine.generate([prompts[i] for i in todo], max_new_tokens=limit, stop=["\n"],
-                                    temperature=CONFIG["temperature"], seed=attempt + 1)  # fmt: skip
+            again = engine.generate(
+                [prompts[i] for i in todo],
+                max_new_tokens=limit,
+                stop=["\n"],
+                temperature=CONFIG["temperature"],
+                seed=attempt + 1,
+            )
             for i, text in zip(todo, again, strict=True):
                 actions[i] = repair(text, convs[i], engine.spaced)
         return [a or {"type": "message", "content": t.strip()} for a, t in zip(actions, texts, strict=True)]
