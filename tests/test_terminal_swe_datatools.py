@@ -24,7 +24,7 @@ def pools():
 def test_flawed_rows_are_found_by_check_and_dropped_by_clean(pools, domain, tmp_path, capsys):
     tools, pool = pools[domain]
     rows = tools.make_rows(pool, 40, seed=3, flawed=0.25)
-    index = tools._index(pool)
+    index = tools.index(pool)
     assert sum(tools.is_correct(r, index) for r in rows) == 30  # exactly the flawed share is wrong
     assert tools.make_rows(pool, 40, seed=3, flawed=0.25) == rows  # seeded
     write_jsonl(tmp_path / "pool.jsonl", pool)

@@ -213,6 +213,12 @@ class Episode(Protocol):
     def fail(self, reason: str) -> None: ...
 
 
+def protocol_message(episode: str, domain: str, observation: dict, fresh: bool = True) -> dict:
+    """A start (fresh) or observation message of the harness protocol (vtb/protocol.py)."""
+    kind = "start" if fresh else "observation"
+    return {"type": kind, "episode": episode, "domain": domain, "observation": observation}
+
+
 class SingleTurn:
     """A one-step episode around a ready start message (math, and tests)."""
 

@@ -19,6 +19,7 @@ from math import comb
 from pathlib import Path
 
 from vtb.config import TaskConfig, TrainerConfig
+from vtb.domains import salt
 from vtb.domains.kit.jsonl import read_jsonl, write_jsonl
 
 __all__ = ["read_jsonl", "write_jsonl"]  # the kits' JSONL helpers, for the orchestrator side too
@@ -67,6 +68,96 @@ def write_splits(
     write_jsonl(out / "hidden" / "val.jsonl", val)
     write_jsonl(out / "hidden" / "test.jsonl", test)
     return {"pool": len(pool), "val": len(val), "test": len(test)}
+
+
+def embedded_splits(
+    task: TaskConfig, make: Callable[[int, int, str, set], list[dict]]
+) -> tuple[list, list, list]:
+    """(test, val, pool) from a generator `make(seed, n, prefix, taken)`: val and pool from the
+    public seed first, then test from the salted seed (vtb/domains/salt.py), skipping all they hold."""
+    taken: set = set()
+    val = make(task.data_seed + 2, task.n_val, "val", taken)
+    pool = make(task.data_seed + 3, task.n_pool, "train", taken)
+    return make(salt.hidden_seed(task), task.n_test, "test", taken), val, pool
+
+
+def draw_distinct(
+    n: int,
+    kinds: list[str],
+    draw: Callable[[str, int], tuple | None],
+    exclude: set,
+    max_misses: int,
+    ran_out: str,
+) -> list:
+    """n items cycling over `kinds`; `draw(kind, i)` gives (key, item) or None. An item whose key
+    is in `exclude` is a miss, and a kind with more than max_misses misses in a row drops out;
+    kept keys join `exclude`, so successive calls give disjoint sets. `ran_out` is the error
+    when every kind has dropped out."""
+    out: list = []
+    live, misses = list(kinds), dict.fromkeys(kinds, 0)
+    while len(out) < n:
+        if not live:
+            raise ValueError(ran_out)
+        kind = live[len(out) % len(live)]
+        got = draw(kind, len(out))
+        if got is None or got[0] in exclude:
+            misses[kind] += 1
+            if misses[kind] > max_misses:
+                live.remove(kind)
+            continue
+        misses[kind] = 0
+        exclude.add(got[0])
+        out.append(got[1])
+    return out
+
+
+def read_records(path: Path, what: str) -> list:
+    """The records of a local data file of a real data set: .parquet; .jsonl (one JSON value a
+    line); .json (a list, {"data": list}, or JSON lines). `what` names them in errors."""
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path).to_pylist()
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            data = None  # perhaps JSON lines in a .json file
+        if isinstance(data, dict) and isinstance(data.get("data"), list):
+            data = data["data"]
+        if isinstance(data, list):
+            return data
+        if data is not None:
+            raise ValueError(f"{path}: expected a JSON list of {what}, got {type(data).__name__}")
+    records = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
+    return records
+
+
+def splits_of(
+    task: TaskConfig, make: Callable, real: Callable[[TaskConfig], tuple]
+) -> tuple[list, list, list]:
+    """(test, val, pool): the embedded generator's (`embedded_splits`) or a real data set's."""
+    return embedded_splits(task, make) if task.source == "embedded" else real(task)
+
+
+def trial_record(ep) -> dict:
+    """What the run record keeps of every multi-trial episode (tau, terminal); domains add theirs."""
+    return {
+        "id": ep.id,
+        "task": ep.task["id"],
+        "trial": ep.trial,
+        "reward": ep.reward(),
+        "finished": ep.finished,
+        "timeout": ep.timeout,
+        "failure": ep.failure,
+    }
 
 
 def read_split(data_dir: Path, name: str) -> list[dict]:
@@ -123,6 +214,9 @@ class RowSystems:
             task.initial_noise,
         )
 
+    def split(self, data_dir: Path, name: str) -> list[dict]:
+        return read_split(data_dir, name)
+
     def write_reference_system(self, ws: Path, task: TaskConfig, data_dir: Path) -> None:
         write_system(
             ws,
@@ -156,6 +250,20 @@ def pass_hat_k(successes: dict[str, list[bool]], k: int) -> float:
 def pass_at_k(successes: dict[str, list[bool]], k: int) -> float:
     """Unbiased pass@k (Chen et al. 2021): mean over tasks of 1 - C(n-c, k) / C(n, k)."""
     return _mean_over_tasks(successes, k, lambda n, c: 1.0 - comb(n - c, k) / comb(n, k))
+
+
+def pass_metrics(episodes: list, pass_k: int, kind: str, **extra: int) -> dict:
+    """A multi-trial split's figures: pass^k (kind "pass^", tau) or pass@k ("pass@", terminal)
+    for k up to min(trials, pass_k), the mean reward per template, `extra`, timeouts and failures."""
+    by_task, by_template, trials = tally(episodes, lambda ep: ep.task)
+    estimate = {"pass^": pass_hat_k, "pass@": pass_at_k}[kind]
+    out: dict = {f"{kind}{k}": round(estimate(by_task, k), 4) for k in range(1, min(trials, pass_k) + 1)}
+    return out | {
+        "by_template": by_template,
+        **extra,
+        "timeouts": sum(ep.timeout for ep in episodes),
+        "harness_failures": sum(ep.failure is not None for ep in episodes),
+    }
 
 
 def _mean_over_tasks(

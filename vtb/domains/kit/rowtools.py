@@ -7,28 +7,29 @@ when a row is correct (its completion is the gold one); this module does the arg
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 from vtb.domains.kit.jsonl import read_jsonl, write_jsonl
 
 
-def run_cli(
-    argv: list[str] | None,
-    *,
-    prog: str,
-    doc: str,
-    make_rows: Callable[[list[dict], int, int], list[dict]],
-    index: Callable[[list[dict]], dict[str, dict]],
-    is_correct: Callable[[dict, dict[str, dict]], bool],
-    default_n: int,
-    gold: str,
-) -> int:
-    """`gold` names the gold part in messages ("reference command", "gold edit")."""
+def parser(tool: ModuleType) -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
+    """A kit tool's `python -m <module>` parser (its docstring as the help) and its subcommands."""
+    module = tool.__spec__.name if tool.__spec__ else tool.__name__  # the real name under -m too
     ap = argparse.ArgumentParser(
-        prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=f"python -m {module}",
+        description=tool.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    return ap, ap.add_subparsers(dest="cmd", required=True)
+
+
+def run_cli(argv: list[str] | None, tool: ModuleType, *, default_n: int, gold: str) -> int:
+    """The CLI of the data tool module `tool`, which defines `make_rows(pool, n, seed)`,
+    `index(pool) -> {prompt: item}` and `is_correct(row, by_prompt)`; `gold` names the gold part
+    in messages ("reference command", "gold edit")."""
+    make_rows, index, is_correct = tool.make_rows, tool.index, tool.is_correct
+    ap, sub = parser(tool)
     p = sub.add_parser("from-pool", help=f"SFT rows with the {gold} of train pool items")
     p.add_argument("pool"), p.add_argument("out")
     p.add_argument("--n", type=int, default=default_n), p.add_argument("--seed", type=int, default=0)

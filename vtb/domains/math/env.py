@@ -7,7 +7,7 @@ or solution field can ever reach the harness, whatever the problem dict carries.
 from __future__ import annotations
 
 from vtb.domains.math import grading
-from vtb.runner import SingleTurn
+from vtb.runner import SingleTurn, protocol_message
 
 
 class MathEnv:
@@ -16,12 +16,7 @@ class MathEnv:
     domain = "math"
 
     def start_message(self, problem: dict) -> dict:
-        return {
-            "type": "start",
-            "episode": problem["id"],
-            "domain": self.domain,
-            "observation": {"question": problem["question"]},
-        }
+        return protocol_message(problem["id"], self.domain, {"question": problem["question"]})
 
     def reward(self, problem: dict, action: dict | None, metric: str) -> float:
         """The grader's score for an `answer` action; anything else earns 0."""

@@ -10,8 +10,9 @@ empty column would quietly score every system zero.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from vtb.domains import common
 
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
 SCHEMAS = {
@@ -29,30 +30,9 @@ def _read_local(path: str, kind: str) -> list[dict]:
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"{kind} file not found: {path} (expected {SCHEMAS[kind]})")
-    if p.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        return pq.read_table(p).to_pylist()
-    if p.suffix not in (".jsonl", ".json"):
+    if p.suffix not in (".jsonl", ".json", ".parquet"):
         raise ValueError(f"{path}: unsupported file type {p.suffix!r}; use .jsonl, .json or .parquet")
-    text = p.read_text()
-    if p.suffix == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError:
-            data = None  # a .json file in JSON-lines form
-        if isinstance(data, list):
-            return data
-        if isinstance(data, dict) and isinstance(data.get("data"), list):
-            return data["data"]
-    rows = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{lineno}: not JSON ({err.msg})") from None
-    return rows
+    return common.read_records(p, f"{kind} rows")
 
 
 def _read_hf(name: str, config: str | None, split: str) -> list[dict]:

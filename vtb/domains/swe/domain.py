@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from vtb.config import TaskConfig
-from vtb.domains import common, salt
+from vtb.domains import common
 from vtb.domains.registry import register_domain
 from vtb.domains.swe import generator, grading
 from vtb.domains.swe.env import SweEpisode
@@ -41,29 +41,13 @@ WORKSPACE_README = """# Workspace of the agent system (swe: fix a bug in a small
 
 @register_domain("swe")
 class SweDomain(common.RowSystems):
-    name = "swe"
-    # Systems (common.RowSystems): the initial one has a few rows, some with wrong edits, the
-    # configured trainer and the plain harness; the reference one more rows, all right, a tuned
-    # trainer and the fuzzy harness.
-    make_rows = staticmethod(datatools.make_rows)
-    harnesses, readme = HARNESSES, WORKSPACE_README
+    name, harnesses, readme, make_rows = "swe", HARNESSES, WORKSPACE_README, staticmethod(datatools.make_rows)
     reference_rows, reference_trainer, reference_harness = REFERENCE_ROWS, REFERENCE_TRAINER, "fuzzy"
 
     # --- provisioning -----------------------------------------------------------------------
     def provision(self, task: TaskConfig, out: Path) -> dict:
-        if task.source == "embedded":
-            taken: set = set()
-            # pool and val from the public seed first, then the test split from the salted
-            # seed (vtb/domains/salt.py), skipping everything they hold
-            val = generator.make_instances(task.data_seed + 2, task.n_val, "val", taken)
-            pool = generator.make_instances(task.data_seed + 3, task.n_pool, "train", taken)
-            test = generator.make_instances(salt.hidden_seed(task), task.n_test, "test", taken)
-        else:
-            test, val, pool = _real_splits(task)
+        test, val, pool = common.splits_of(task, generator.make_instances, _real_splits)
         return common.write_splits(out, pool, val, test, public=("instance_id", "bug"))
-
-    def split(self, data_dir: Path, name: str) -> list[dict]:
-        return common.read_split(data_dir, name)
 
     # --- the tiny base model ----------------------------------------------------------------
     def tokenizer_spec(self, task: TaskConfig, data_dir: Path) -> dict:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from vtb.domains.common import draw_distinct
 from vtb.domains.swe.kit.diffs import diff_from_edit, file_diff
 from vtb.domains.swe.patching import GIT_ENV
 
@@ -45,77 +46,19 @@ TEST_SUFFIX = {
     "swapped_arguments": "argument_order",
     "wrong_return": "result",
 }
-STEMS = [
-    "tally",
-    "quill",
-    "sprout",
-    "pebble",
-    "ember",
-    "cobalt",
-    "lumen",
-    "harbor",
-    "maple",
-    "orbit",
-    "pixel",
-    "quartz",
-    "ripple",
-    "saffron",
-    "timber",
-    "velvet",
-    "willow",
-    "zephyr",
-    "acorn",
-    "bramble",
-    "cinder",
-    "fable",
-    "glacier",
-    "hazel",
-    "indigo",
-    "juniper",
-    "kestrel",
-    "lagoon",
-    "meadow",
-    "nimbus",
-]
+STEMS = """
+tally quill sprout pebble ember cobalt lumen harbor maple orbit pixel quartz ripple saffron timber
+velvet willow zephyr acorn bramble cinder fable glacier hazel indigo juniper kestrel lagoon meadow
+nimbus
+""".split()
 PKG_SUFFIXES = ["kit", "lib", "utils", "tools", "box", "ops"]
-MODULES = [
-    "calc",
-    "series",
-    "text",
-    "checks",
-    "money",
-    "lists",
-    "fmt",
-    "convert",
-    "stats",
-    "records",
-    "units",
-    "helpers",
-    "shapes",
-    "scores",
-]
-WORDS = [
-    "apple",
-    "river",
-    "stone",
-    "cloud",
-    "maple",
-    "ember",
-    "north",
-    "piano",
-    "tiger",
-    "lemon",
-    "orbit",
-    "candle",
-    "harbor",
-    "violet",
-    "copper",
-    "garden",
-    "silver",
-    "rocket",
-    "meadow",
-    "button",
-]
+MODULES = """
+calc series text checks money lists fmt convert stats records units helpers shapes scores
+""".split()
+WORDS = """
+apple river stone cloud maple ember north piano tiger lemon orbit candle harbor violet copper garden
+silver rocket meadow button
+""".split()
 AUTHOR = ("vtb", "vtb@example.invalid")
 COMMIT_MESSAGE = "Base commit"
 
@@ -901,45 +844,36 @@ def make_instances(seed: int, n: int, prefix: str, exclude: set | None = None) -
     """
     exclude = set() if exclude is None else exclude
     rng = random.Random(f"vtb-swe:{seed}:{prefix}")
-    out: list[dict] = []
-    live, misses = list(BUGS), dict.fromkeys(BUGS, 0)
-    while len(out) < n:
-        if not live:
-            raise ValueError(
-                f"cannot make {n} distinct {prefix} instances: the recipe library ran out; "
-                "lower the split sizes"
-            )
-        bug = live[len(out) % len(live)]
+
+    def draw(bug: str, i: int) -> tuple | None:
         target = rng.choice(BUG_RECIPES[bug])(rng)
         key = (bug, target.name, target.source.replace(target.fixed, target.buggy))
         built = None if key in exclude else _build(rng, target)
         if built is None:
-            misses[bug] += 1
-            if misses[bug] > 500:
-                live.remove(bug)
-            continue
-        misses[bug] = 0
-        exclude.add(key)
+            return None
         created = datetime(2024, 1, 1, tzinfo=UTC) + timedelta(seconds=rng.randrange(365 * 86400))
-        out.append(
-            {
-                "instance_id": f"vtb__{built['pkg']}-{prefix}-{len(out):04d}",
-                "repo": f"vtb-embedded/{built['pkg']}",
-                "base_commit": "",
-                "patch": built["patch"],
-                "test_patch": built["test_patch"],
-                "problem_statement": built["problem_statement"],
-                "hints_text": "",
-                "created_at": created.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                "version": "0.1",
-                "FAIL_TO_PASS": json.dumps(built["FAIL_TO_PASS"]),
-                "PASS_TO_PASS": json.dumps(built["PASS_TO_PASS"]),
-                "environment_setup_commit": "",
-                "bug": bug,
-                "files": built["files"],
-                "fix": built["fix"],
-            }
-        )
+        return key, {
+            "instance_id": f"vtb__{built['pkg']}-{prefix}-{i:04d}",
+            "repo": f"vtb-embedded/{built['pkg']}",
+            "base_commit": "",
+            "patch": built["patch"],
+            "test_patch": built["test_patch"],
+            "problem_statement": built["problem_statement"],
+            "hints_text": "",
+            "created_at": created.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "version": "0.1",
+            "FAIL_TO_PASS": json.dumps(built["FAIL_TO_PASS"]),
+            "PASS_TO_PASS": json.dumps(built["PASS_TO_PASS"]),
+            "environment_setup_commit": "",
+            "bug": bug,
+            "files": built["files"],
+            "fix": built["fix"],
+        }
+
+    ran_out = (
+        f"cannot make {n} distinct {prefix} instances: the recipe library ran out; lower the split sizes"
+    )
+    out = draw_distinct(n, list(BUGS), draw, exclude, 500, ran_out)
     for instance, sha in zip(out, _commit_shas(out), strict=True):
         instance["base_commit"] = instance["environment_setup_commit"] = sha
     return out

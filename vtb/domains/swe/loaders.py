@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from vtb.domains import common
+
 REQUIRED = (
     "instance_id",
     "repo",
@@ -24,30 +26,6 @@ REQUIRED = (
 )
 OPTIONAL = {"hints_text": "", "created_at": "", "version": "", "environment_setup_commit": ""}
 SUFFIXES = (".json", ".jsonl", ".parquet")
-
-
-def _read(path: Path) -> list:
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        return pq.read_table(path).to_pylist()
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".jsonl":
-        records = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError as err:
-                    raise ValueError(f"{path}:{n}: not valid JSON ({err.msg})") from None
-        return records
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
-    if not isinstance(data, list):
-        raise ValueError(f"{path}: expected a JSON list of SWE-bench records, got {type(data).__name__}")
-    return data
 
 
 def _from_hub(name: str, split: str) -> list:
@@ -82,7 +60,7 @@ def load_instances(path: str, split: str = "test") -> list[dict]:
             raise ValueError(
                 f"{local}: unsupported file type {local.suffix!r}; use one of {', '.join(SUFFIXES)}"
             )
-        source, records = str(local), _read(local)
+        source, records = str(local), common.read_records(local, "SWE-bench records")
     elif local.exists():
         raise ValueError(f"{path}: not a file (expected a .json/.jsonl/.parquet file of SWE-bench records)")
     elif local.suffix in SUFFIXES or path.startswith((".", "/", "~")):

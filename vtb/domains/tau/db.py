@@ -9,48 +9,14 @@ from __future__ import annotations
 
 import random
 
-FIRST_NAMES = [
-    "Mei",
-    "Omar",
-    "Sofia",
-    "Liam",
-    "Aisha",
-    "Noah",
-    "Yuki",
-    "Ethan",
-    "Fatima",
-    "Lucas",
-    "Olivia",
-    "Mateo",
-    "Chloe",
-    "Ivan",
-    "Amara",
-    "Daniel",
-    "Lena",
-    "Raj",
-    "Emma",
-    "Hugo",
-]
-LAST_NAMES = [
-    "Kim",
-    "Hassan",
-    "Rossi",
-    "Smith",
-    "Khan",
-    "Garcia",
-    "Sato",
-    "Brown",
-    "Ali",
-    "Silva",
-    "Lopez",
-    "Muller",
-    "Patel",
-    "Nguyen",
-    "Wilson",
-    "Moreau",
-    "Johansson",
-    "Davis",
-]
+FIRST_NAMES = """
+Mei Omar Sofia Liam Aisha Noah Yuki Ethan Fatima Lucas Olivia Mateo Chloe Ivan Amara Daniel Lena Raj
+Emma Hugo
+""".split()
+LAST_NAMES = """
+Kim Hassan Rossi Smith Khan Garcia Sato Brown Ali Silva Lopez Muller Patel Nguyen Wilson Moreau
+Johansson Davis
+""".split()
 STREETS = ["Oak", "Maple", "Pine", "Cedar", "Elm", "Lake", "Hill", "River", "Park", "Sunset"]
 STREET_KINDS = ["Street", "Avenue", "Road", "Lane"]
 CITIES = [

@@ -173,16 +173,9 @@ class TauDomain:
         return out
 
     def metrics(self, episodes: list[TauEpisode], task: TaskConfig) -> dict:
-        by_task, by_template, trials = common.tally(episodes, lambda ep: ep.task)
-        out = {
-            f"pass^{k}": round(common.pass_hat_k(by_task, k), 4)
-            for k in range(1, min(trials, task.pass_k) + 1)
-        }
-        out["by_template"] = by_template
-        out["finished"] = sum(ep.finished for ep in episodes)
-        out["timeouts"] = sum(ep.timeout for ep in episodes)
-        out["harness_failures"] = sum(ep.failure is not None for ep in episodes)
-        return out
+        return common.pass_metrics(
+            episodes, task.pass_k, "pass^", finished=sum(ep.finished for ep in episodes)
+        )
 
 
 def narrate(messages: list[dict]) -> str:

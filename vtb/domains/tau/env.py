@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 
+from vtb.domains import common
 from vtb.domains.tau.tools import TOOL_SCHEMAS, call_tool, hash_db
 from vtb.domains.tau.user import STOP
+from vtb.runner import protocol_message
 
 MAX_STEPS = 30  # agent actions per episode, as in tau-bench
 
@@ -45,12 +47,7 @@ class TauEpisode:
         observation: dict = {"messages": self.messages}
         if fresh:
             observation |= {"tools": TOOL_SCHEMAS, "policy": self.policy}
-        return {
-            "type": "start" if fresh else "observation",
-            "episode": self.id,
-            "domain": "tau",
-            "observation": observation,
-        }
+        return protocol_message(self.id, "tau", observation, fresh)
 
     def step(self, action: dict) -> bool:
         self.steps += 1
@@ -122,14 +119,4 @@ class TauEpisode:
         return 1.0
 
     def record(self) -> dict:
-        return {
-            "id": self.id,
-            "task": self.task["id"],
-            "trial": self.trial,
-            "reward": self.reward(),
-            "finished": self.finished,
-            "timeout": self.timeout,
-            "failure": self.failure,
-            "steps": self.steps,
-            "messages": self.messages,
-        }
+        return common.trial_record(self) | {"steps": self.steps, "messages": self.messages}

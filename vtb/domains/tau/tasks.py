@@ -11,20 +11,14 @@ import json
 import random
 from collections.abc import Callable
 
+from vtb.domains.common import draw_distinct
 from vtb.domains.tau.db import random_address
 from vtb.domains.tau.tools import WRITE_TOOLS, call_tool
 
 REASONS = ["no longer needed", "ordered by mistake"]
-TEMPLATES = [
-    "cancel",
-    "modify_payment",
-    "return",
-    "exchange",
-    "modify_items",
-    "user_address",
-    "order_address",
-    "order_status",
-]
+TEMPLATES = """
+cancel modify_payment return exchange modify_items user_address order_address order_status
+""".split()
 SOURCE_WORDS = {"credit_card": "credit card", "paypal": "paypal", "gift_card": "gift card"}
 
 
@@ -247,33 +241,19 @@ def make_tasks(db: dict, seed: int, n: int, prefix: str, exclude: set[tuple] | N
     exclude = set() if exclude is None else exclude
     rng = random.Random(seed)
     users = sorted(db["users"])
-    tasks: list[dict] = []
-    live = list(TEMPLATES)
-    misses = dict.fromkeys(TEMPLATES, 0)
-    while len(tasks) < n:
-        if not live:
-            raise ValueError(
-                f"cannot make {n} distinct {prefix} tasks from this database; "
-                "raise task.n_users or lower the split sizes"
-            )
-        template = live[len(tasks) % len(live)]
-        task = make_task(db, rng.choice(users), template, rng, f"{prefix}-{len(tasks):04d}")
-        key = None
-        if task is not None:
-            writes = [a for a in task["actions"] if a["name"] in WRITE_TOOLS]
-            key = (
-                template,
-                task["user_id"],
-                repr(writes),
-                repr(task["outputs"]),
-                task["user"].get("order_id"),
-            )
-        if key is None or key in exclude:
-            misses[template] += 1
-            if misses[template] > 50 * len(users):
-                live.remove(template)
-            continue
-        misses[template] = 0
-        exclude.add(key)
-        tasks.append(task)
-    return tasks
+
+    def draw(template: str, i: int) -> tuple | None:
+        task = make_task(db, rng.choice(users), template, rng, f"{prefix}-{i:04d}")
+        if task is None:
+            return None
+        writes = [a for a in task["actions"] if a["name"] in WRITE_TOOLS]
+        return (
+            template,
+            task["user_id"],
+            repr(writes),
+            repr(task["outputs"]),
+            task["user"].get("order_id"),
+        ), task
+
+    ran_out = f"cannot make {n} distinct {prefix} tasks from this database; raise task.n_users or lower the split sizes"
+    return draw_distinct(n, list(TEMPLATES), draw, exclude, 50 * len(users), ran_out)

@@ -200,17 +200,34 @@ def modify_pending_order_address(
     return json.dumps(order)
 
 
-def modify_pending_order_items(
-    db: dict, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
-) -> str:
-    order = _order(db, order_id, "pending", "modified")
+def _priced_swap(
+    db: dict,
+    order: dict,
+    item_ids: list[str],
+    new_item_ids: list[str],
+    payment_method_id: str,
+    what: str,
+    ndigits: int | None = None,
+) -> tuple[float, dict]:
+    """The checks of an item swap (the items are in the order, the payment method covers the
+    difference), then its price difference (rounded to ndigits, as tau-bench does for exchanges)
+    and the payment method."""
     missing = _missing_item(order, item_ids)
     if missing is not None:
         raise ToolError(f"{missing} not found")
     diff = _swap_price_difference(db, order, item_ids, new_item_ids)
+    diff = diff if ndigits is None else round(diff, ndigits)
     method = _payment_method(db, order, payment_method_id)
     if method["source"] == "gift_card" and method["balance"] < diff:
-        raise ToolError("insufficient gift card balance to pay for the new item")
+        raise ToolError(f"insufficient gift card balance to pay for {what}")
+    return diff, method
+
+
+def modify_pending_order_items(
+    db: dict, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
+) -> str:
+    order = _order(db, order_id, "pending", "modified")
+    diff, method = _priced_swap(db, order, item_ids, new_item_ids, payment_method_id, "the new item")
 
     # tau-bench records the unrounded difference; a zero difference is logged as a refund of 0.
     order["payment_history"].append(
@@ -282,13 +299,7 @@ def exchange_delivered_order_items(
     db: dict, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
 ) -> str:
     order = _order(db, order_id, "delivered", "exchanged")
-    missing = _missing_item(order, item_ids)
-    if missing is not None:
-        raise ToolError(f"{missing} not found")
-    diff = round(_swap_price_difference(db, order, item_ids, new_item_ids), 2)
-    method = _payment_method(db, order, payment_method_id)
-    if method["source"] == "gift_card" and method["balance"] < diff:
-        raise ToolError("insufficient gift card balance to pay for the price difference")
+    diff, _ = _priced_swap(db, order, item_ids, new_item_ids, payment_method_id, "the price difference", 2)
     order["status"] = "exchange requested"
     order["exchange_items"] = sorted(item_ids)
     order["exchange_new_items"] = sorted(new_item_ids)

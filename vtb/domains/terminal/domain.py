@@ -40,31 +40,20 @@ WORKSPACE_README = """# Workspace of the agent system (terminal: shell tasks, gr
 
 @register_domain("terminal")
 class TerminalDomain(common.RowSystems):
-    name = "terminal"
-    # Systems (common.RowSystems): the initial one has a few rows, some with wrong commands, the
-    # configured trainer and the plain harness; the reference one more rows, all right, a tuned
-    # trainer and the repair harness.
-    make_rows = staticmethod(datatools.make_rows)
-    harnesses, readme = HARNESSES, WORKSPACE_README
+    name, harnesses, readme, make_rows = (
+        "terminal",
+        HARNESSES,
+        WORKSPACE_README,
+        staticmethod(datatools.make_rows),
+    )
     reference_rows, reference_trainer, reference_harness = REFERENCE_ROWS, REFERENCE_TRAINER, "repair"
 
     # --- provisioning -----------------------------------------------------------------------
     def provision(self, task: TaskConfig, out: Path) -> dict:
-        if task.source == "embedded":
-            taken: set = set()
-            # pool and val from the public seed first, then the test split from the salted
-            # seed (vtb/domains/salt.py), skipping everything they hold
-            val = generator.make_tasks(task.data_seed + 2, task.n_val, "val", taken)
-            pool = generator.make_tasks(task.data_seed + 3, task.n_pool, "train", taken)
-            test = generator.make_tasks(salt.hidden_seed(task), task.n_test, "test", taken)
-        else:
-            test, val, pool = _real_splits(task)
+        test, val, pool = common.splits_of(task, generator.make_tasks, _real_splits)
         for t in pool:
             loaders.write_task(t, out / "research" / "tasks" / t["id"])
         return common.write_splits(out, pool, val, test, public=("id", "template"))
-
-    def split(self, data_dir: Path, name: str) -> list[dict]:
-        return common.read_split(data_dir, name)
 
     # --- the tiny base model ----------------------------------------------------------------
     def tokenizer_spec(self, task: TaskConfig, data_dir: Path) -> dict:
@@ -108,17 +97,8 @@ class TerminalDomain(common.RowSystems):
         ]
 
     def metrics(self, episodes: list[TerminalEpisode], task: TaskConfig) -> dict:
-        by_task, by_template, trials = common.tally(episodes, lambda ep: ep.task)
-        out = {
-            f"pass@{k}": round(common.pass_at_k(by_task, k), 4)
-            for k in range(1, min(trials, task.pass_k) + 1)
-        }
-        out["by_template"] = by_template
-        out["commands"] = sum(len(ep.history) for ep in episodes)
-        out["declared_done"] = sum(ep.finished for ep in episodes)
-        out["timeouts"] = sum(ep.timeout for ep in episodes)
-        out["harness_failures"] = sum(ep.failure is not None for ep in episodes)
-        return out
+        commands, done = sum(len(ep.history) for ep in episodes), sum(ep.finished for ep in episodes)
+        return common.pass_metrics(episodes, task.pass_k, "pass@", commands=commands, declared_done=done)
 
 
 def _real_splits(task: TaskConfig) -> tuple[list[dict], list[dict], list[dict]]:

@@ -14,9 +14,11 @@ import shutil
 import time
 from pathlib import Path
 
+from vtb.domains import common
 from vtb.domains.common import BackgroundGrade
 from vtb.domains.terminal import grading
 from vtb.domains.terminal.shell import ShellSession
+from vtb.runner import protocol_message
 from vtb.sandbox.base import Limits, Sandbox
 
 MAX_STEPS = 10  # commands per episode
@@ -65,12 +67,7 @@ class TerminalEpisode:
             "history": self.history,
             "max_steps": self.max_steps,
         }
-        return {
-            "type": "start" if fresh else "observation",
-            "episode": self.id,
-            "domain": "terminal",
-            "observation": observation,
-        }
+        return protocol_message(self.id, "terminal", observation, fresh)
 
     def step(self, action: dict) -> bool:
         kind = action.get("type")
@@ -141,14 +138,7 @@ class TerminalEpisode:
 
     def record(self) -> dict:
         statuses, log = self.grade()
-        return {
-            "id": self.id,
-            "task": self.task["id"],
-            "trial": self.trial,
-            "reward": self.reward(),
-            "finished": self.finished,
-            "timeout": self.timeout,
-            "failure": self.failure,
+        return common.trial_record(self) | {
             "history": self.history,
             "tests": statuses,
             "test_log_tail": log[-2000:],

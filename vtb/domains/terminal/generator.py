@@ -23,91 +23,28 @@ from pathlib import Path
 from vtb.sandbox.base import Limits, Sandbox
 
 NAMES = ["anna", "ben", "carl", "dora", "emma", "finn", "gina", "hugo"]
-WORDS = [
-    "apple",
-    "river",
-    "stone",
-    "cloud",
-    "maple",
-    "tiger",
-    "lemon",
-    "piano",
-    "robot",
-    "ocean",
-    "pepper",
-    "violet",
-    "copper",
-    "falcon",
-    "garden",
-    "silver",
-]
+WORDS = """
+apple river stone cloud maple tiger lemon piano robot ocean pepper violet copper falcon garden
+silver
+""".split()
 FILLER = ["the", "big", "small", "red", "blue", "is", "near", "and", "on", "my"]
-DIRS = [
-    "data",
-    "docs",
-    "notes",
-    "files",
-    "logs",
-    "reports",
-    "drafts",
-    "music",
-    "photos",
-    "backup",
-    "images",
-    "videos",
-    "inbox",
-    "outbox",
-    "shared",
-    "work",
-]
-OUTS = [
-    "out.txt",
-    "result.txt",
-    "answer.txt",
-    "count.txt",
-    "total.txt",
-    "list.txt",
-    "output.txt",
-    "summary.txt",
-    "found.txt",
-    "names.txt",
-    "report.txt",
-    "values.txt",
-    "lines.txt",
-    "sum.txt",
-    "top.txt",
-    "paths.txt",
-]
+DIRS = """
+data docs notes files logs reports drafts music photos backup images videos inbox outbox shared work
+""".split()
+OUTS = """
+out.txt result.txt answer.txt count.txt total.txt list.txt output.txt summary.txt found.txt
+names.txt report.txt values.txt lines.txt sum.txt top.txt paths.txt
+""".split()
 EXTS = ["txt", "md", "log", "csv", "dat", "bak", "json", "cfg", "yml", "ini", "xml", "tsv"]
 LEVELS = ["ERROR", "WARN", "FAIL", "DENIED", "TIMEOUT", "CRITICAL", "ALERT", "PANIC"]
-LOGS = [
-    "server.log",
-    "app.log",
-    "access.log",
-    "system.log",
-    "events.log",
-    "jobs.log",
-    "auth.log",
-    "mail.log",
-    "db.log",
-    "cron.log",
-    "web.log",
-    "net.log",
-]
-CSVS = [
-    "people.csv",
-    "orders.csv",
-    "pets.csv",
-    "cities.csv",
-    "items.csv",
-    "staff.csv",
-    "sales.csv",
-    "teams.csv",
-    "users.csv",
-    "stock.csv",
-    "games.csv",
-    "trips.csv",
-]
+LOGS = """
+server.log app.log access.log system.log events.log jobs.log auth.log mail.log db.log cron.log
+web.log net.log
+""".split()
+CSVS = """
+people.csv orders.csv pets.csv cities.csv items.csv staff.csv sales.csv teams.csv users.csv
+stock.csv games.csv trips.csv
+""".split()
 SCRIPTS = ["report.sh", "hello.sh", "build.sh", "greet.sh", "stats.sh", "show.sh", "repeat.sh", "say.sh"]
 SCRIPT_DIRS = ["bin", "tools", "scripts", "jobs"]
 ARCHIVES = ["backup", "archive", "bundle", "pack", "snapshot", "export", "save", "store", "dump", "copy"]

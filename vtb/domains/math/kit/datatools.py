@@ -27,6 +27,7 @@ import random
 import re
 import sys
 
+from vtb.domains.kit import rowtools
 from vtb.domains.kit.jsonl import read_jsonl, write_jsonl
 
 PROMPT_TEMPLATE = "Question: {question}\nAnswer:"
@@ -152,12 +153,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m vtb.domains.math.kit.datatools",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    sub = parser.add_subparsers(dest="cmd", required=True)
+    parser, sub = rowtools.parser(sys.modules[__name__])
     p = sub.add_parser("check", help="count rows and arithmetically inconsistent rows")
     p.add_argument("inp")
     p.set_defaults(fn=cmd_check)

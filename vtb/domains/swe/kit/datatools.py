@@ -66,7 +66,7 @@ def is_correct(r: dict, by_prompt: dict[str, dict]) -> bool:
     return instance is not None and prompting.parse_edit(r.get("completion", "")) == gold_edit(instance)
 
 
-def _index(pool: list[dict]) -> dict[str, dict]:
+def index(pool: list[dict]) -> dict[str, dict]:
     out = {}
     for i in pool:
         found = view(i)
@@ -76,16 +76,7 @@ def _index(pool: list[dict]) -> dict[str, dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return rowtools.run_cli(
-        argv,
-        prog="python -m vtb.domains.swe.kit.datatools",
-        doc=__doc__,
-        make_rows=make_rows,
-        index=_index,
-        is_correct=is_correct,
-        default_n=600,
-        gold="gold edit",
-    )
+    return rowtools.run_cli(argv, sys.modules[__name__], default_n=600, gold="gold edit")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ which is the tau-bench reward for conversations whose writes succeed.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import random
@@ -27,6 +26,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from vtb.domains.kit import rowtools
 from vtb.domains.kit.jsonl import read_jsonl, write_jsonl
 from vtb.domains.tau.kit import prompting
 from vtb.domains.tau.kit.schemas import WRITE_TOOLS
@@ -113,12 +113,7 @@ def sft_rows(demos: list[dict]) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m vtb.domains.tau.kit.datatools",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    sub = parser.add_subparsers(dest="cmd", required=True)
+    parser, sub = rowtools.parser(sys.modules[__name__])
     p = sub.add_parser("demos", help="expert demonstrations of train tasks (sampled from /data/demos.jsonl)")
     p.add_argument("--n", type=int, required=True)
     p.add_argument("--out", required=True)

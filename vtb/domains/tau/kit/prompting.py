@@ -20,19 +20,10 @@ from __future__ import annotations
 import json
 import re
 
-from vtb.domains.tau.kit.schemas import TOOL_SCHEMAS
+from vtb.domains.tau.kit.schemas import TOOL_SCHEMAS, WRITE_TOOLS
 
 RESPOND = "respond"
 PARAMS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOL_SCHEMAS}
-WRITES = (
-    "cancel_pending_order",
-    "modify_pending_order_address",
-    "modify_pending_order_items",
-    "modify_pending_order_payment",
-    "modify_user_address",
-    "return_delivered_order_items",
-    "exchange_delivered_order_items",
-)
 
 
 def _j(value: object) -> str:
@@ -47,7 +38,7 @@ def compact(name: str, content: str) -> str:
         return str(content)[:160]
     if not isinstance(data, dict):
         return str(content)[:160]
-    if name in WRITES:  # the agent knows what it changed: the new status is the news
+    if name in WRITE_TOOLS:  # the agent knows what it changed: the new status is the news
         if "order_id" in data:
             return f"order {data['order_id']} {data.get('status')}"
         return f"user {data.get('user_id')} updated"

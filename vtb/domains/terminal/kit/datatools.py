@@ -63,21 +63,12 @@ def is_correct(r: dict, by_instruction: dict[str, dict]) -> bool:
     return task is not None and prompting.command_of(r.get("completion", "")) == solution_command(task)
 
 
-def _index(pool: list[dict]) -> dict[str, dict]:
+def index(pool: list[dict]) -> dict[str, dict]:
     return {prompting.prompt(t["instruction"]): t for t in pool}
 
 
 def main(argv: list[str] | None = None) -> int:
-    return rowtools.run_cli(
-        argv,
-        prog="python -m vtb.domains.terminal.kit.datatools",
-        doc=__doc__,
-        make_rows=make_rows,
-        index=_index,
-        is_correct=is_correct,
-        default_n=800,
-        gold="reference command",
-    )
+    return rowtools.run_cli(argv, sys.modules[__name__], default_n=800, gold="reference command")
 
 
 if __name__ == "__main__":
