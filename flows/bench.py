@@ -20,7 +20,8 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from steps import prefect_steps
 from vtb import record
 from vtb.bench import Bench, default_run_id, preflight
-from vtb.config import CONF_DIR, BenchConfig, to_config
+from vtb.compose import to_config
+from vtb.config import CONF_DIR, BenchConfig
 
 
 def run_bench(cfg: BenchConfig) -> dict:

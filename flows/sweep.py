@@ -27,7 +27,8 @@ from prefect.artifacts import create_markdown_artifact
 from flows.bench import bench_flow
 from vtb import leaderboard
 from vtb.bench import default_run_id, preflight
-from vtb.config import CONF_DIR, BenchConfig, compose_config
+from vtb.compose import compose_config
+from vtb.config import CONF_DIR, BenchConfig
 from vtb.record import md_text
 
 

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def run_default(overrides: list[str]) -> Path:
 
     from flows.bench import run_bench
-    from vtb.config import compose_config
+    from vtb.compose import compose_config
 
     cfg = compose_config(overrides)
     return Path(run_bench(cfg)["record"])
@@ -51,14 +51,14 @@ def step_table(record: Path) -> None:
 
 def episodes_per_second(record: Path, n: int) -> None:
     from vtb import runner
-    from vtb.config import TaskConfig
+    from vtb.compose import task_config
     from vtb.domains.registry import get_domain
     from vtb.sandbox import make_sandbox
     from vtb.sandbox.base import Limits
 
     cfg = json.loads((record / "config.json").read_text())
     manifest = json.loads((record / "manifest.json").read_text())
-    task = TaskConfig(**cfg["task"])
+    task = task_config(**cfg["task"])
     domain = get_domain(task.name)
     items = domain.split(Path(manifest["data"]["data_dir"]), "val")[:n]
     messages = [domain.start_message(i) for i in items]

@@ -61,7 +61,8 @@ def main() -> int:
         vllm = None
 
     from vtb import pipeline, runner
-    from vtb.config import BenchConfig, DeepSpeedConfig, ModelConfig, SandboxConfig, TaskConfig, TrainerConfig
+    from vtb.compose import task_config
+    from vtb.config import BenchConfig, DeepSpeedConfig, ModelConfig, SandboxConfig, TrainerConfig
     from vtb.domains.registry import get_domain
     from vtb.engine.select import engine_env
     from vtb.sandbox.base import Limits
@@ -74,7 +75,7 @@ def main() -> int:
         "gpu": torch.cuda.get_device_name(int(gpu)) if gpu else "none (--cpu)",
     }
     say(f"versions {figures['versions']}")
-    task = TaskConfig(n_pool=2000, n_val=200, n_test=50, initial_data_size=400, initial_noise=0.0)
+    task = task_config("math", n_pool=2000, n_val=200, n_test=50, initial_data_size=400, initial_noise=0.0)
     sandbox_cfg = SandboxConfig(threads=8, step_wall_s=600, step_cpu_s=3600, gpus=gpu)
     ds = (
         DeepSpeedConfig(stage=2, gpus=1, precision="fp32", cpu=True)

@@ -90,7 +90,7 @@ def small_overrides(tmp_path, agent: str = "greedy", seed: int = 0, *extra: str)
 
 def small_config(tmp_path, agent: str = "greedy", seed: int = 0, *extra: str) -> BenchConfig:
 
-    from vtb.config import compose_config
+    from vtb.compose import compose_config
 
     return compose_config(small_overrides(tmp_path, agent, seed, *extra))
 

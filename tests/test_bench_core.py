@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from vtb.bench import Bench, Steps
-from vtb.config import BenchConfig, compose_config
+from vtb.compose import compose_config
+from vtb.config import BenchConfig
 from vtb.ledger import Charge
 from vtb.results import DataResult, ModelResult, PlayResult, TrainResult, TurnOutcome
 from vtb.workspace import changed_files, restore, snapshot

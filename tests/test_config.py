@@ -5,7 +5,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from vtb.bench import default_run_id
-from vtb.config import CONF_DIR, BenchConfig, to_config
+from vtb.compose import to_config
+from vtb.config import CONF_DIR, BenchConfig
 
 
 def _compose(*overrides):

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from vtb import keys, pipeline
-from vtb.config import TaskConfig
-from vtb.domains.math.domain import MathDomain
+from vtb.domains.math.domain import MathConfig, MathDomain
 
 
 def test_a_generator_change_serves_new_splits_not_the_cached_ones(tmp_path, monkeypatch) -> None:
     """Before the fix the folder was named by the task config alone: once DONE it was reused, so
     a changed generator (a new step cache key) still got the old splits."""
-    task = TaskConfig(name="math", n_pool=60, n_val=10, n_test=10, initial_data_size=20)
+    task = MathConfig(name="math", n_pool=60, n_val=10, n_test=10, initial_data_size=20)
     first = pipeline.provision_data(task, tmp_path)
     assert pipeline.provision_data(task, tmp_path) == first  # unchanged code: served from the folder
 

@@ -21,6 +21,7 @@ import pytest
 import vtb
 from tests.conftest import BACKENDS, sandbox_backend
 from vtb import runner
+from vtb.compose import task_config
 from vtb.config import TaskConfig
 from vtb.domains.math.domain import MathDomain
 from vtb.sandbox import Limits, Sandbox
@@ -107,7 +108,7 @@ def backend(request) -> Sandbox:
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("kit") / "data"
-    MathDomain().provision(TaskConfig(n_pool=50, n_val=10, n_test=10), out)
+    MathDomain().provision(task_config("math", n_pool=50, n_val=10, n_test=10), out)
     return out
 
 
@@ -211,10 +212,10 @@ def _splits(name: str, task: TaskConfig, out: Path) -> dict[str, list[dict]]:
 
 
 SMALL = {
-    "math": TaskConfig(name="math", n_pool=200, n_val=20, n_test=30),
-    "tau": TaskConfig(name="tau", n_users=20, n_pool=24, n_val=8, n_test=8),
-    "terminal": TaskConfig(name="terminal", n_pool=60, n_val=11, n_test=11),
-    "swe": TaskConfig(name="swe", n_pool=40, n_val=6, n_test=6),
+    "math": task_config("math", n_pool=200, n_val=20, n_test=30),
+    "tau": task_config("tau", n_users=20, n_pool=24, n_val=8, n_test=8),
+    "terminal": task_config("terminal", n_pool=60, n_val=11, n_test=11),
+    "swe": task_config("swe", n_pool=40, n_val=6, n_test=6),
 }
 TEXT = {"math": "question", "tau": "instruction", "terminal": "instruction", "swe": "problem_statement"}
 
@@ -276,7 +277,7 @@ def test_salt_from_a_file_or_the_environment(tmp_path, monkeypatch):
 def test_the_run_record_holds_the_salt_hash_only(tmp_path, monkeypatch):
 
     from vtb import pipeline
-    from vtb.config import compose_config
+    from vtb.compose import compose_config
 
     monkeypatch.delenv("VTB_TEST_SALT", raising=False)
     cfg = compose_config([f"task.test_salt={SALT}"])

@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("vtb.hashing", "vtb.config", "vtb.engine", "vtb.sandbox", "vtb.results"),
     ("vtb.runner", "vtb.workspace", "vtb.record", "vtb.blind"),
     ("vtb.domains", "vtb.agents", "vtb.calibrate"),
-    ("vtb.keys",),
+    ("vtb.keys", "vtb.compose"),
     ("vtb.pipeline",),
     ("vtb.bench",),
     ("steps",),

@@ -1,7 +1,7 @@
 import json
 
-from vtb.config import TaskConfig, TrainerConfig
-from vtb.domains.math.domain import MathDomain
+from vtb.config import TrainerConfig
+from vtb.domains.math.domain import MathConfig, MathDomain
 from vtb.domains.math.kit.datatools import verify
 from vtb.hashing import hash_dir
 
@@ -12,7 +12,7 @@ def test_real_gsm8k_file_is_split_without_overlap(tmp_path):
         {"question": f"Tom has {i} apples. How many?", "answer": f"He has {i}.\n#### {i}"} for i in range(30)
     ]
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    task = TaskConfig(source="gsm8k", path=str(src), n_test=10, n_val=5)
+    task = MathConfig(source="gsm8k", path=str(src), n_test=10, n_val=5)
     counts = MathDomain().provision(task, tmp_path / "data")
     assert counts == {"test": 10, "val": 5, "pool": 15}
     test_qs = {r["question"] for r in MathDomain().split(tmp_path / "data", "test")}
@@ -23,7 +23,7 @@ def test_real_gsm8k_file_is_split_without_overlap(tmp_path):
 
 
 def test_initial_system_is_deterministic_and_partly_noisy(tmp_path):
-    domain, task = MathDomain(), TaskConfig(n_pool=500, n_val=20, n_test=20)
+    domain, task = MathDomain(), MathConfig(n_pool=500, n_val=20, n_test=20)
     domain.provision(task, tmp_path / "data")
     for ws in ("a", "b"):
         domain.write_initial_system(tmp_path / ws, task, TrainerConfig(), tmp_path / "data")

@@ -40,7 +40,8 @@ def new_domain():
 def test_a_new_domain_is_one_folder_and_one_config(tmp_path, new_domain) -> None:
     from vtb.agents.prompt import template_digest
     from vtb.bench import Bench, plain_steps
-    from vtb.config import AgentConfig, compose_config
+    from vtb.compose import compose_config
+    from vtb.config import AgentConfig
     from vtb.domains.registry import get_domain
 
     cfg = compose_config(
@@ -57,7 +58,8 @@ def test_a_new_domain_is_one_folder_and_one_config(tmp_path, new_domain) -> None
             f"cache_dir={tmp_path / 'cache'}",
         ]
     )
-    assert get_domain(NAME).name == NAME
+    assert get_domain(NAME).name == NAME and type(cfg.task).__name__ == "ReverseConfig"
+    assert cfg.task.word_length == 5  # its own field, from its conf/task file
     assert template_digest(AgentConfig(), NAME) != template_digest(
         AgentConfig(), "no-such-task"
     )  # its prompt
@@ -73,6 +75,7 @@ def test_a_new_domain_is_one_folder_and_one_config(tmp_path, new_domain) -> None
     assert notes[0].startswith("greedy: rule (harness)") and notes[1].startswith("greedy: train-longer")
     grading = json.loads((record / "grading.json").read_text())
     assert grading["submitted"]["metrics"] == {"reversed": 8.0}
+    assert all(len(s["action"]["content"]) == 5 for s in grading["submitted"]["samples"])
 
 
 @pytest.mark.parametrize("domain", ["math", "tau", "terminal", "swe"])

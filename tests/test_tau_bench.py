@@ -31,7 +31,7 @@ TAU_SMALL = [
 def tau_run(tmp_path_factory, prefect_server):
 
     from flows.bench import run_bench
-    from vtb.config import compose_config
+    from vtb.compose import compose_config
 
     tmp = tmp_path_factory.mktemp("tau")
     overrides = [*TAU_SMALL, f"runs_dir={tmp / 'runs'}", f"cache_dir={tmp / 'cache'}"]

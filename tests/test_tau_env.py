@@ -21,7 +21,7 @@ from vtb.domains.common import pass_hat_k
 from vtb.domains.tau import demos as datatools
 from vtb.domains.tau import expert
 from vtb.domains.tau.db import make_db
-from vtb.domains.tau.domain import TauDomain
+from vtb.domains.tau.domain import TauConfig, TauDomain
 from vtb.domains.tau.env import MAX_STEPS, TauEpisode
 from vtb.domains.tau.kit import prompting
 from vtb.domains.tau.tasks import TEMPLATES, make_tasks, replay
@@ -570,7 +570,7 @@ def _key(task: dict) -> tuple:
 
 @pytest.fixture(scope="module")
 def provisioned(tmp_path_factory) -> tuple[TauDomain, Path, TaskConfig]:
-    cfg = TaskConfig(name="tau", n_pool=40, n_val=8, n_test=8, n_users=20)
+    cfg = TauConfig(name="tau", n_pool=40, n_val=8, n_test=8, n_users=20)
     out = tmp_path_factory.mktemp("tau")
     counts = TauDomain().provision(cfg, out)
     assert counts["pool"] == 40 and counts["val"] == 8 and counts["test"] == 8 and counts["users"] == 20

@@ -15,16 +15,15 @@ from pathlib import Path
 import pytest
 
 from vtb import runner
-from vtb.config import TaskConfig
 from vtb.domains.tau import expert
-from vtb.domains.tau.domain import TauDomain
+from vtb.domains.tau.domain import TauConfig, TauDomain
 from vtb.sandbox import make_sandbox
 from vtb.sandbox.base import Limits
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (scripts/install.sh)")
 
 LIMITS = Limits(wall_seconds=300, cpu_seconds=300)
-TASK = TaskConfig(name="tau", n_users=20, n_pool=24, n_val=8, n_test=16, trials=2, pass_k=2)
+TASK = TauConfig(name="tau", n_users=20, n_pool=24, n_val=8, n_test=16, trials=2, pass_k=2)
 
 ORACLE = """
 import json

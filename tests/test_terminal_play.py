@@ -16,12 +16,13 @@ import pytest
 
 from tests.conftest import BACKENDS
 from vtb.config import TaskConfig
+from vtb.domains.common import TrialsConfig
 from vtb.domains.terminal.domain import TerminalDomain
 from vtb.domains.terminal.kit import datatools
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (scripts/install.sh)")
 
-TASK = TaskConfig(
+TASK = TrialsConfig(
     name="terminal", n_pool=16, n_val=8, n_test=24, trials=1, pass_k=1, max_steps_per_episode=10
 )
 
@@ -102,7 +103,7 @@ def test_attacks_fail_and_the_episode_is_graded_as_usual(
     solved, attacked_only = tasks[0], tasks[1]
     plan = {solved["id"]: [*attacks, datatools.solution_command(solved)], attacked_only["id"]: attacks}
     episodes, out, metrics = _play(
-        play_scripted, data_dir, plan, TaskConfig(**{**TASK.__dict__, "max_steps_per_episode": 12}), backend
+        play_scripted, data_dir, plan, TrialsConfig(**{**TASK.__dict__, "max_steps_per_episode": 12}), backend
     )
     by_task = {ep.task["id"]: ep for ep in episodes}
     assert by_task[solved["id"]].reward() == 1.0  # the attacks changed nothing: graded as usual
@@ -129,7 +130,7 @@ def test_a_command_that_loops_or_forks_forever_is_stopped(play_scripted, data_di
         t["max_agent_timeout_sec"] = 5
     (data_dir / "hidden" / "short.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks[:3]))
     episodes, out = play_scripted(
-        TerminalDomain(), data_dir, TaskConfig(**short), SCRIPTED, {"commands.json": plan}, "short", backend
+        TerminalDomain(), data_dir, TrialsConfig(**short), SCRIPTED, {"commands.json": plan}, "short", backend
     )
     loop, bomb, fine = episodes
     assert loop.history[0]["timed_out"] and loop.reward() == 0.0

@@ -34,7 +34,7 @@ TASKS = {
 def _run(tmp: Path, task: str) -> tuple:
 
     from flows.bench import run_bench
-    from vtb.config import compose_config
+    from vtb.compose import compose_config
 
     overrides = [*TASKS[task], *SMALL, f"runs_dir={tmp / 'runs'}", f"cache_dir={tmp / 'cache'}"]
     cfg = compose_config(overrides)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from vtb.safefs import Caps
 
@@ -18,6 +17,9 @@ CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # Hydra's config folder
 
 @dataclass
 class TaskConfig:
+    """What every task has; a domain's own settings are its subclass (`config` of its domain class,
+    e.g. vtb/domains/tau/domain.py TauConfig), which vtb/compose.py builds from conf/task/<name>.yaml."""
+
     name: str = "math"
     source: str = "embedded"  # embedded | gsm8k | math500 | aime (real data sets, see loaders)
     path: str | None = None  # local file or HF dataset name for a real data set
@@ -25,22 +27,11 @@ class TaskConfig:
     n_pool: int = 4000  # train pool the research agent may draw from
     n_val: int = 100
     n_test: int = 200
-    min_steps: int = 1
-    max_steps: int = 2  # the generator does 1-4 (see conf/task/math.yaml)
-    metric: str = "strict"  # strict (#### N) | flexible (last number) | boxed (MATH/AIME)
+    metric: str = "strict"  # the reward: math strict | flexible | boxed; the others name theirs
     initial_data_size: int = 200  # rows in the initial (noisy) training set
     initial_noise: float = 0.3  # share of those rows with a wrong answer
     round_timeout_s: float = 120.0  # harness time per round, plus per_episode_timeout_s each
     per_episode_timeout_s: float = 2.0
-    # multi-turn (tau) fields; see conf/task/tau.yaml
-    n_users: int = 40  # size of the generated retail database
-    trials: int = 2  # test trials per task (pass^k needs k <= trials)
-    val_trials: int = 1
-    pass_k: int = 2  # the k of the reported pass^k
-    max_steps_per_episode: int = 30  # agent actions per episode (tau-bench's limit)
-    user: str = "scripted"  # scripted | llm (an OpenAI-compatible endpoint, see user_* below)
-    user_base_url: str | None = None
-    user_model: str | None = None
     # The secret the hidden test split is drawn with (vtb/domains/salt.py): null = the published
     # default (README figures reproduce anywhere); a leaderboard sets its own, best as a file or
     # $VTB_TEST_SALT. An inline value is replaced here by "sha256:<hex>" so no record holds it.
@@ -214,21 +205,3 @@ class BenchConfig:
     def paths(self) -> tuple[Path, Path]:
         """Absolute runs and cache roots (no Hydra chdir: relative paths mean the cwd)."""
         return Path(self.runs_dir).resolve(), Path(self.cache_dir).resolve()
-
-
-def to_config(cfg: Any) -> BenchConfig:
-    """The one place a Hydra DictConfig becomes typed dataclasses (validated against BenchConfig)."""
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(BenchConfig), cfg))
-
-
-def compose_config(overrides: list[str] = (), name: str = "bench") -> BenchConfig:
-    """conf/<name>.yaml with Hydra overrides, as `python -m flows.bench <overrides>` would see it."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    if GlobalHydra.instance().is_initialized():  # inside @hydra.main or an outer compose
-        return to_config(compose(config_name=name, overrides=list(overrides)))
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return to_config(compose(config_name=name, overrides=list(overrides)))

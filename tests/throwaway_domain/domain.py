@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import string
+from dataclasses import dataclass
 from pathlib import Path
 
 from vtb.config import TaskConfig, TrainerConfig
@@ -17,9 +18,14 @@ HARNESSES = Path(__file__).parent / "kit" / "harnesses"
 README = "# Reverse the word\n\n- data/train.jsonl  SFT rows {prompt, completion}\n"
 
 
-def _words(seed: int, n: int) -> list[dict]:
+@dataclass
+class ReverseConfig(TaskConfig):
+    word_length: int = 4  # a setting of this domain only (task.word_length=...)
+
+
+def _words(seed: int, n: int, length: int) -> list[dict]:
     rng = random.Random(seed)
-    return [{"word": "".join(rng.choices(string.ascii_lowercase[:6], k=4))} for _ in range(n)]
+    return [{"word": "".join(rng.choices(string.ascii_lowercase[:6], k=length))} for _ in range(n)]
 
 
 class Episode(SingleTurn):
@@ -39,14 +45,14 @@ class Episode(SingleTurn):
 
 @register_domain(NAME)
 class ReverseDomain:
-    name = NAME
+    name, config = NAME, ReverseConfig
 
     def provision(self, task: TaskConfig, out: Path) -> dict:
-        public = _words(task.data_seed, task.n_pool + task.n_val)
+        public = _words(task.data_seed, task.n_pool + task.n_val, task.word_length)
         splits = {
             "pool": public[: task.n_pool],
             "val": public[task.n_pool :],
-            "test": _words(salt.hidden_seed(task), task.n_test),
+            "test": _words(salt.hidden_seed(task), task.n_test, task.word_length),
         }
         for name, rows in splits.items():
             for i, row in enumerate(rows):

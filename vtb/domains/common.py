@@ -14,7 +14,7 @@ import os
 import shutil
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from math import comb
 from pathlib import Path
 
@@ -23,6 +23,16 @@ from vtb.domains import salt
 from vtb.domains.kit.jsonl import read_jsonl, write_jsonl
 
 __all__ = ["read_jsonl", "write_jsonl"]  # the kits' JSONL helpers, for the orchestrator side too
+
+
+@dataclass
+class TrialsConfig(TaskConfig):
+    """Settings of a multi-trial, multi-step domain (tau, terminal)."""
+
+    trials: int = 2  # test trials per task (pass^k / pass@k need k <= trials)
+    val_trials: int = 1
+    pass_k: int = 2  # the k of the reported pass^k / pass@k
+    max_steps_per_episode: int = 30  # agent actions per episode (tau-bench's limit)
 
 
 def trainer_dict(trainer: TrainerConfig) -> dict:

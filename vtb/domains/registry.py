@@ -19,6 +19,7 @@ from vtb.sandbox.base import Sandbox
 
 class Domain(Protocol):
     name: str
+    config: type[TaskConfig]  # its settings: TaskConfig or a subclass with the domain's own fields
 
     def provision(self, task: TaskConfig, out: Path) -> dict:
         """Write research/ (what the research sandbox may see) and hidden/ (test labels) under out."""
@@ -74,9 +75,20 @@ def register_domain(name: str):
     return deco
 
 
+def domain_config(name: str) -> type[TaskConfig]:
+    """The config class of the domain registered under `name` (its `config`; TaskConfig if none)."""
+    _load(name)
+    return getattr(_REGISTRY[name], "config", TaskConfig)
+
+
 def get_domain(name: str) -> Domain:
     """The domain registered under `name`; `vtb/domains/<name>/domain.py` is imported to find it,
     so a new domain is its folder (and a conf/task file), with no list here to edit."""
+    _load(name)
+    return _REGISTRY[name]()
+
+
+def _load(name: str) -> None:
     if name not in _REGISTRY and name.isidentifier():
         try:
             importlib.import_module(f"vtb.domains.{name}.domain")
@@ -86,7 +98,6 @@ def get_domain(name: str) -> Domain:
     if name not in _REGISTRY:
         known = sorted({*_REGISTRY, *BUILTIN})
         raise ValueError(f"unknown task {name!r}; available: {', '.join(known)} (set task=<name>)")
-    return _REGISTRY[name]()
 
 
 BUILTIN = ("math", "tau", "terminal", "swe")  # named in the error; each registers itself on import

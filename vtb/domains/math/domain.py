@@ -8,6 +8,7 @@ hidden test split, which no sandbox can rebuild.
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from pathlib import Path
 
 from vtb.config import TaskConfig, TrainerConfig
@@ -37,7 +38,7 @@ WORKSPACE_README = """# Workspace of the agent system (math)
 """
 
 
-def _real_splits(task: TaskConfig) -> dict[str, list[dict]]:
+def _real_splits(task: MathConfig) -> dict[str, list[dict]]:
     """A real data set cut into test / val / pool (val by the public seed, test by the salt)."""
     if not task.path:
         raise ValueError(f"task.source={task.source} needs task.path=<local file or HF dataset name>")
@@ -46,12 +47,18 @@ def _real_splits(task: TaskConfig) -> dict[str, list[dict]]:
     return {"test": test, "val": val, "pool": pool}
 
 
+@dataclass
+class MathConfig(TaskConfig):
+    min_steps: int = 1  # arithmetic steps per generated problem
+    max_steps: int = 2  # the generator does 1-4 (see conf/task/math.yaml)
+
+
 @register_domain("math")
 class MathDomain:
-    name = "math"
+    name, config = "math", MathConfig
     env = MathEnv()
 
-    def provision(self, task: TaskConfig, out: Path) -> dict:
+    def provision(self, task: MathConfig, out: Path) -> dict:
         if task.source == "embedded":
             splits = generator.make_splits(
                 task.data_seed,
@@ -75,10 +82,10 @@ class MathDomain:
         datatools.write_jsonl(out / "hidden" / "test.jsonl", splits["test"])
         return {name: len(rows) for name, rows in splits.items()}
 
-    def tokenizer_spec(self, task: TaskConfig, data_dir: Path) -> dict:
+    def tokenizer_spec(self, task: MathConfig, data_dir: Path) -> dict:
         return {"words": list(generator.WORDS), "number_max": generator.NUMBER_MAX, "mode": "words"}
 
-    def pretraining_texts(self, task: TaskConfig, data_dir: Path, n: int, seed: int) -> list[str]:
+    def pretraining_texts(self, task: MathConfig, data_dir: Path, n: int, seed: int) -> list[str]:
         """Worked problems in plain text (no calculator annotations, no prompt format), never val/test.
 
         Like a real base model, the tiny one has read math text before SFT: it knows the words
@@ -99,7 +106,7 @@ class MathDomain:
         return datatools.read_jsonl(data_dir / sub / f"{name}.jsonl")
 
     def write_initial_system(
-        self, ws: Path, task: TaskConfig, trainer: TrainerConfig, data_dir: Path
+        self, ws: Path, task: MathConfig, trainer: TrainerConfig, data_dir: Path
     ) -> None:
         """Small, partly noisy data; the configured trainer; a plain harness."""
         rng = random.Random(task.data_seed)
@@ -113,15 +120,15 @@ class MathDomain:
             ws, rows, common.trainer_dict(trainer), HARNESSES / "initial", WORKSPACE_README
         )
 
-    def write_reference_system(self, ws: Path, task: TaskConfig, data_dir: Path) -> None:
+    def write_reference_system(self, ws: Path, task: MathConfig, data_dir: Path) -> None:
         pool = self.split(data_dir, "pool")
         rows = [datatools.to_sft_row(p) for p in pool[:REFERENCE_DATA_ROWS]]
         common.write_workspace(ws, rows, REFERENCE_TRAINER, HARNESSES / "calculator", WORKSPACE_README)
 
-    def episodes(self, data_dir: Path, split: str, task: TaskConfig, sandbox=None) -> list[MathEpisode]:
+    def episodes(self, data_dir: Path, split: str, task: MathConfig, sandbox=None) -> list[MathEpisode]:
         return [MathEpisode(item, task.metric, self.env) for item in self.split(data_dir, split)]
 
-    def metrics(self, episodes: list[MathEpisode], task: TaskConfig) -> dict:
+    def metrics(self, episodes: list[MathEpisode], task: MathConfig) -> dict:
         return {}
 
     def start_message(self, item: dict) -> dict:

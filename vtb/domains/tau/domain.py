@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import dataclass
 from pathlib import Path
 
-from vtb.config import TaskConfig, TrainerConfig
+from vtb.config import TrainerConfig
 from vtb.domains import common, salt
 from vtb.domains.kit.jsonl import read_jsonl, write_jsonl
 from vtb.domains.registry import register_domain
@@ -55,12 +56,20 @@ WORKSPACE_README = """# Workspace of the agent system (tau: retail customer serv
 """
 
 
+@dataclass
+class TauConfig(common.TrialsConfig):
+    n_users: int = 40  # size of the generated retail database
+    user: str = "scripted"  # scripted | llm (an OpenAI-compatible endpoint, see user_* below)
+    user_base_url: str | None = None
+    user_model: str | None = None
+
+
 @register_domain("tau")
 class TauDomain:
-    name = "tau"
+    name, config = "tau", TauConfig
 
     # --- provisioning -----------------------------------------------------------------------
-    def provision(self, task: TaskConfig, out: Path) -> dict:
+    def provision(self, task: TauConfig, out: Path) -> dict:
         if task.source == "embedded":
             db = dbgen.make_db(task.data_seed, task.n_users)
             taken: set = set()
@@ -116,13 +125,13 @@ class TauDomain:
             self._demo_cache = (key, demos)
         return self._demo_cache[1]
 
-    def tokenizer_spec(self, task: TaskConfig, data_dir: Path) -> dict:
+    def tokenizer_spec(self, task: TauConfig, data_dir: Path) -> dict:
         """Every piece of the database, tool schemas, policy and of demonstrations of every train task."""
         corpus = [json.dumps(self.db(data_dir)), json.dumps(tools.TOOL_SCHEMAS), POLICY, user.STOP]
         corpus += [prompting.render(d["messages"]) for d in self._demos(data_dir)]
         return {"words": corpus, "number_max": 999, "mode": "ids", "min_positions": MIN_POSITIONS}
 
-    def pretraining_texts(self, task: TaskConfig, data_dir: Path, n: int, seed: int) -> list[str]:
+    def pretraining_texts(self, task: TauConfig, data_dir: Path, n: int, seed: int) -> list[str]:
         """Plain text a base model could have read: customers' requests and how they were handled.
 
         Each text is a train-task request followed by a plain account of the lookups and changes
@@ -134,9 +143,7 @@ class TauDomain:
         return [rng.choice(narrations) for _ in range(n)]
 
     # --- systems ----------------------------------------------------------------------------
-    def write_initial_system(
-        self, ws: Path, task: TaskConfig, trainer: TrainerConfig, data_dir: Path
-    ) -> None:
+    def write_initial_system(self, ws: Path, task: TauConfig, trainer: TrainerConfig, data_dir: Path) -> None:
         """A few demonstrations, some flawed; the configured trainer; the plain harness."""
         pool = self.split(data_dir, "pool")
         demos = demotools.make_demos(
@@ -149,7 +156,7 @@ class TauDomain:
             "plain",
         )
 
-    def write_reference_system(self, ws: Path, task: TaskConfig, data_dir: Path) -> None:
+    def write_reference_system(self, ws: Path, task: TauConfig, data_dir: Path) -> None:
         pool = self.split(data_dir, "pool")
         demos = demotools.make_demos(pool, self.db(data_dir), REFERENCE_DEMOS, seed=task.data_seed + 1)
         self._write(ws, demos, REFERENCE_TRAINER, "repair")
@@ -159,7 +166,7 @@ class TauDomain:
         common.write_workspace(ws, datatools.sft_rows(demos), trainer, HARNESSES / harness, WORKSPACE_README)
 
     # --- episodes and scores ----------------------------------------------------------------
-    def episodes(self, data_dir: Path, split: str, task: TaskConfig, sandbox=None) -> list[TauEpisode]:
+    def episodes(self, data_dir: Path, split: str, task: TauConfig, sandbox=None) -> list[TauEpisode]:
         db = self.db(data_dir)
         policy = (data_dir / "research" / "policy.md").read_text()
         trials = task.trials if split == "test" else task.val_trials
@@ -172,7 +179,7 @@ class TauDomain:
                 )
         return out
 
-    def metrics(self, episodes: list[TauEpisode], task: TaskConfig) -> dict:
+    def metrics(self, episodes: list[TauEpisode], task: TauConfig) -> dict:
         return common.pass_metrics(
             episodes, task.pass_k, "pass^", finished=sum(ep.finished for ep in episodes)
         )
@@ -194,7 +201,7 @@ def narrate(messages: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def make_user(task: TaskConfig):
+def make_user(task: TauConfig):
     if task.user == "scripted":
         return user.ScriptedUser()
     if task.user == "llm":
@@ -221,7 +228,7 @@ class _InstructionUser:
         return self.llm.step(message)
 
 
-def _real_splits(task: TaskConfig):
+def _real_splits(task: TauConfig):
     from vtb.domains.tau import loaders
 
     if not task.path:

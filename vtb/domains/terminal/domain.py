@@ -40,6 +40,7 @@ WORKSPACE_README = """# Workspace of the agent system (terminal: shell tasks, gr
 
 @register_domain("terminal")
 class TerminalDomain(common.RowSystems):
+    config = common.TrialsConfig
     name, harnesses, readme, make_rows = (
         "terminal",
         HARNESSES,
