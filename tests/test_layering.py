@@ -116,3 +116,15 @@ def test_sandbox_side_code_imports_only_sandbox_side_code() -> None:
         if not _sandbox_side(t)
     ]
     assert wrong == [], "\n".join(wrong)
+
+
+def test_architecture_md_lists_the_same_layers() -> None:
+    """ARCHITECTURE.md's table is this file's LAYERS (highest first there), so the doc stays true."""
+    import re
+
+    rows = [line for line in (ROOT / "ARCHITECTURE.md").read_text().splitlines() if re.match(r"\| \d+ \|", line)]
+    documented = []
+    for row in reversed(rows):
+        paths = re.findall(r"`([\w/.]+)`", row.split("|")[2])
+        documented.append(sorted(p.removesuffix("/").removesuffix(".py").replace("/", ".") for p in paths))
+    assert documented == [sorted(u for u in units if u != "vtb") for units in LAYERS]
