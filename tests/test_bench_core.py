@@ -206,3 +206,26 @@ def test_a_run_killed_at_any_step_boundary_resumes_to_the_same_result(tmp_path) 
         assert len(fake.runs) == len(whole.runs), f"killed at call {k}: a finished step ran again"
         same = ("submitted", "initial", "reference", "budget", "iterations", "gains_by_part")
         assert {key: resumed[key] for key in same} == {key: expected[key] for key in same}, k
+
+
+def test_an_agent_that_changes_nothing_submits_the_initial_system(tmp_path) -> None:
+    fake = FakeSteps(tmp_path, [])
+    fake.turn = lambda key, feedback, before, **_: TurnOutcome(
+        after=before, done=True, notes="noop", charge=Charge()
+    )
+    bench, result = run(config(tmp_path, 3), fake)
+    assert [c.iteration for c in bench.history] == [0] and result["iterations"] == 0
+    assert result["submitted"] == {
+        **result["submitted"],
+        "iteration": 0,
+        "test_score": result["initial"]["test_score"],
+    }
+    assert result["gains_by_part"] == {}
+
+
+def test_a_budget_spent_by_the_initial_system_still_selects_and_grades(tmp_path) -> None:
+    fake = FakeSteps(tmp_path, [{"score": 0.9}])
+    bench, result = run(config(tmp_path, 3, "budget.limit=1e6"), fake)
+    assert result["iterations"] == 0 and bench.ledger.exhausted()
+    assert result["submitted"]["iteration"] == 0 and result["submitted"]["test_score"] == pytest.approx(0.06)
+    assert [e.step for e in bench.ledger.entries] == ["train", "play-val"]

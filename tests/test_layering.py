@@ -122,7 +122,9 @@ def test_architecture_md_lists_the_same_layers() -> None:
     """ARCHITECTURE.md's table is this file's LAYERS (highest first there), so the doc stays true."""
     import re
 
-    rows = [line for line in (ROOT / "ARCHITECTURE.md").read_text().splitlines() if re.match(r"\| \d+ \|", line)]
+    rows = [
+        line for line in (ROOT / "ARCHITECTURE.md").read_text().splitlines() if re.match(r"\| \d+ \|", line)
+    ]
     documented = []
     for row in reversed(rows):
         paths = re.findall(r"`([\w/.]+)`", row.split("|")[2])
