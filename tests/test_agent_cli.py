@@ -342,3 +342,16 @@ def test_check_cli_resolves_the_binary_the_sandbox_will_run(tmp_path, monkeypatc
         check_cli(AgentConfig(name="x", factory="cli", command="fake", home_files={"../../etc/x": ""}))
     with pytest.raises(ValueError, match="agent.base_url"):
         check_cli(AgentConfig(name="x", factory="cli", command="fake", base_url="api.example.com"))
+
+
+@pytest.mark.parametrize("rel", ["/etc/passwd", "../outside.json", ".config/../../x"])
+def test_home_files_must_stay_inside_home(rel) -> None:
+    """Refused when the config is checked (before any work) and again when the turn writes them."""
+    from vtb.agents.cli import check_cli
+    from vtb.agents.env import home_path
+
+    with pytest.raises(ValueError, match="must be a path inside HOME"):
+        check_cli(AgentConfig(name="x", factory="cli", command="true", home_files={rel: "{}"}))
+    with pytest.raises(ValueError, match="must be a path inside HOME"):
+        home_path(rel)
+    assert home_path(".gemini/settings.json") == Path(".gemini/settings.json")

@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 
 from vtb.agents import ResearchEnv, TurnResult, register
 from vtb.agents.cli_usage import USAGE_KINDS, estimate_from_bytes, parse_usage
+from vtb.agents.env import home_path
 from vtb.agents.llm import price_of
 from vtb.agents.prompt import render
 from vtb.config import AgentConfig
@@ -154,10 +155,7 @@ def check_cli(cfg: AgentConfig) -> None:
         if not Path(folder).expanduser().is_dir():
             raise ValueError(f"agent.mounts: {folder} is not a folder")
     for rel in cfg.home_files:
-        if Path(rel).is_absolute() or ".." in Path(rel).parts:
-            raise ValueError(
-                f"agent.home_files: {rel!r} must be a path inside HOME, e.g. .gemini/settings.json"
-            )
+        home_path(rel)
     endpoint(cfg.base_url)
     resolve_binary(cfg)
     missing = [name for name in cfg.env if not os.environ.get(name)]

@@ -130,9 +130,7 @@ class SandboxResearchEnv:
                 (root / d).mkdir()
             (root / "agent" / "prompt.md").write_text(prompt)
             for rel, text in (home_files or {}).items():  # the CLI's own settings, from its config
-                target = root / "home" / rel
-                if Path(rel).is_absolute() or ".." in Path(rel).parts:
-                    raise ValueError(f"agent.home_files: {rel!r} must be a path inside HOME")
+                target = root / "home" / home_path(rel)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(text)
             mounts = [
@@ -200,6 +198,13 @@ MIN_SECRET_CHARS = 8  # shorter values would redact ordinary text
 def secret_values(names: list[str]) -> dict[str, str]:
     """The values of the named environment variables that are long enough to be keys."""
     return {n: v for n in names if len(v := os.environ.get(n, "")) >= MIN_SECRET_CHARS}
+
+
+def home_path(rel: str) -> Path:
+    """An `agent.home_files` entry as a path inside the CLI's HOME; anything else is refused."""
+    if Path(rel).is_absolute() or ".." in Path(rel).parts:
+        raise ValueError(f"agent.home_files: {rel!r} must be a path inside HOME, e.g. .gemini/settings.json")
+    return Path(rel)
 
 
 def redact(obj: object, secrets: dict[str, str]) -> object:
