@@ -181,9 +181,7 @@ class Bench:
             cache=str(self.cache),
             seed=self.cfg.seed,
             sandbox_cfg=self.cfg.sandbox,
-            max_flops=lim.max_flops,
-            cpu_seconds=lim.cpu_seconds,
-            gpu_seconds=lim.gpu_seconds,
+            **lim._asdict(),  # max_flops, cpu_seconds, gpu_seconds
         )
         self._charge("train", iteration, key, out.charge, budgeted)
         return key, out
@@ -215,9 +213,7 @@ class Bench:
             data_dir=str(self.data_dir),
             task_cfg=self.cfg.task,
             sandbox_cfg=self.cfg.sandbox,
-            max_flops=lim.max_flops,
-            cpu_seconds=lim.cpu_seconds,
-            gpu_seconds=lim.gpu_seconds,
+            **lim._asdict(),  # max_flops, cpu_seconds, gpu_seconds
             engine_cfg=self.cfg.engine,
             stage_dir=str(stage),
         )
@@ -466,14 +462,7 @@ def _val_view(val: PlayResult | None) -> dict | None:
 
 def public_view(entry: Candidate) -> dict:
     """What the research agent may see of a past iteration."""
-    out = {
-        "iteration": entry.iteration,
-        "snapshot": entry.snapshot,
-        "edits": entry.edits,
-        "notes": entry.notes,
-        "val_score": entry.val_score,
-        "charge": entry.charge,
-    }
+    out = {k: getattr(entry, k) for k in ("iteration", "snapshot", "edits", "notes", "val_score", "charge")}
     rejected = entry.rejected or ((entry.train or {}).get("summary") or {}).get("rejected")
     if rejected:  # the workspace over its caps, or a checkpoint refused by the host
         out["rejected"] = str(rejected)[:500]
