@@ -19,7 +19,7 @@ from vtb.engine import usage
 from vtb.engine.ds_launch import check_devices, launcher_argv
 from vtb.engine.sft_config import ConfigError, resolve_config
 from vtb.engine.sft_deepspeed import MASTER_PORT, ds_config, rank_rows
-from vtb.models.toy import build_toy_model, toy_example
+from vtb.models.toy import toy_example
 from vtb.sandbox.base import Limits
 
 SHAPE = {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 128}
@@ -97,11 +97,11 @@ def test_device_checks_name_the_fix():
 
 
 @pytest.fixture(scope="module")
-def base_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("toy") / "base"
-    return build_toy_model(
-        out, steps=20, n_texts=200, batch_size=16, lr=5e-3, progress=lambda s: None, **SHAPE
-    )
+def base_dir(toy_model_dir):
+    """The session's toy base model (tests/conftest.py), of this file's SHAPE: built once per session."""
+    config = json.loads((toy_model_dir / "config.json").read_text())
+    assert {k: config[k] for k in SHAPE} == SHAPE
+    return toy_model_dir
 
 
 def write_candidate(tmp_path: Path, trainer: dict, n_rows: int = 48) -> Path:

@@ -13,7 +13,6 @@ from vtb.engine.infer import Engine
 from vtb.engine.sft import main, train
 from vtb.engine.sft_config import ConfigError, resolve_config
 from vtb.engine.sft_data import IGNORE, encode_rows
-from vtb.models.toy import build_toy_model
 
 SHAPE = {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 128}
 ROWS = [
@@ -26,9 +25,11 @@ QUIET = {"progress": lambda s: None}
 
 
 @pytest.fixture(scope="module")
-def base_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("toy") / "base"
-    return build_toy_model(out, steps=20, n_texts=200, batch_size=16, progress=lambda s: None, **SHAPE)
+def base_dir(toy_model_dir):
+    """The session's toy base model (tests/conftest.py), of this file's SHAPE: built once per session."""
+    config = json.loads((toy_model_dir / "config.json").read_text())
+    assert {k: config[k] for k in SHAPE} == SHAPE
+    return toy_model_dir
 
 
 @pytest.fixture
