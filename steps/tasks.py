@@ -28,8 +28,8 @@ def provision_model_step(
     cache: str,
     sandbox_cfg: SandboxConfig,
 ) -> ModelResult:
-    out = Path(cache) / "models" / f"{model_cfg.name}-{key[:16]}"
     echo = lambda line: print(f"  [base] {line}", flush=True)  # noqa: E731
+    out = pipeline.model_dir(cache, model_cfg, key)
     return pipeline.provision_model(model_cfg, task_cfg, Path(data_dir), out, sandbox_cfg, echo)
 
 
@@ -46,15 +46,7 @@ def train_step(
     gpu_seconds: float | None = None,
 ) -> TrainResult:
     return pipeline.train(
-        key,
-        Path(snapshot_dir),
-        Path(base_dir),
-        Path(cache),
-        seed,
-        sandbox_cfg,
-        max_flops,
-        cpu_seconds,
-        gpu_seconds,
+        key, snapshot_dir, base_dir, cache, seed, sandbox_cfg, max_flops, cpu_seconds, gpu_seconds
     )
 
 
@@ -74,17 +66,17 @@ def play_step(
     stage_dir: str | None = None,
 ) -> PlayResult:
     return pipeline.play(
-        Path(harness_dir),
-        Path(model_dir),
+        harness_dir,
+        model_dir,
         split,
-        Path(data_dir),
+        data_dir,
         task_cfg,
         sandbox_cfg,
         max_flops,
         cpu_seconds,
         gpu_seconds,
         engine_cfg,
-        Path(stage_dir) if stage_dir else None,
+        stage_dir,
     )
 
 
@@ -106,10 +98,10 @@ def agent_turn_step(
         agent_cfg,
         feedback,
         before,
-        Path(store),
-        Path(workspace),
-        Path(data_dir),
-        Path(base_dir),
+        store,
+        workspace,
+        data_dir,
+        base_dir,
         sandbox_cfg,
         cpu_seconds,
         gpu_seconds,

@@ -202,7 +202,7 @@ def test_an_honest_harness_scores_nothing_with_the_null_model(tmp_path, toy_mode
     source = next(p for p in math_dir.rglob("initial") if (p / "harness.py").is_file())
     bench, sid, plays = _bench(tmp_path, "bwrap", (source / "harness.py").read_text())
     for f in source.iterdir():
-        if f.name != "harness.py":
+        if f.is_file() and f.name != "harness.py":  # not a __pycache__ a local run left
             (bench.store / sid / "harness" / f.name).write_bytes(f.read_bytes())
     graded = bench.grade(_system(sid, toy_model_dir), "submitted")
     assert graded.null_model_score <= 0.05 and graded.flagged is False, plays[-1].samples

@@ -48,24 +48,19 @@ def plain_steps() -> Steps:
     def uncached(fn: Callable) -> Callable[..., Ran]:
         return lambda **params: (fn(**params), False)
 
-    def model(key: str, cache: str, model_cfg: ModelConfig, data_dir: str, **params: Any) -> ModelResult:
-        out = Path(cache) / "models" / f"{model_cfg.name}-{key[:16]}"
+    def model(key: str, model_cfg: ModelConfig, task_cfg: Any, data_dir: str, cache: str, sandbox_cfg: Any):
+        out = pipeline.model_dir(cache, model_cfg, key)  # the folder rule of the Prefect step too
         return pipeline.provision_model(
-            model_cfg, params["task_cfg"], Path(data_dir), out, params["sandbox_cfg"], echo=lambda line: None
+            model_cfg, task_cfg, Path(data_dir), out, sandbox_cfg, echo=lambda line: None
         )
 
     return Steps(
         data=uncached(lambda key, task_cfg, cache: pipeline.provision_data(task_cfg, Path(cache))),
         model=uncached(model),
-        train=uncached(lambda key, **p: pipeline.train(key, **{k: _path(k, v) for k, v in p.items()})),
-        play=uncached(lambda key, **p: pipeline.play(**{k: _path(k, v) for k, v in p.items()})),
-        turn=uncached(lambda key, **p: pipeline.agent_turn(**{k: _path(k, v) for k, v in p.items()})),
+        train=uncached(pipeline.train),
+        play=uncached(lambda key, **params: pipeline.play(**params)),
+        turn=uncached(lambda key, **params: pipeline.agent_turn(**params)),
     )
-
-
-def _path(name: str, value: Any) -> Any:
-    folders = ("_dir", "cache", "store", "workspace")
-    return Path(value) if isinstance(value, str) and name.endswith(folders) else value
 
 
 def default_run_id(cfg: BenchConfig) -> str:
@@ -256,7 +251,7 @@ class Bench:
             iteration=iteration,
             snapshot=sid,
             parts=part_hashes(self.store / sid),
-            edits=turn.edits if turn and not turn.rejected else {},
+            edits=turn.edits if turn else {},  # a rejected turn changed nothing
             notes=turn.notes if turn else "initial system",
             agent=_agent_use(turn),
             rejected=turn.rejected if turn else None,

@@ -59,6 +59,11 @@ def provision_data(task: TaskConfig, cache: Path) -> DataResult:
     )
 
 
+def model_dir(cache: str | Path, model: ModelConfig, key: str) -> Path:
+    """Where the model step with this key puts its model (the key names the folder)."""
+    return Path(cache) / "models" / f"{model.name}-{key[:16]}"
+
+
 def provision_model(
     model: ModelConfig,
     task: TaskConfig,
@@ -188,9 +193,9 @@ def step_limits(
 
 def train(
     key: str,
-    snapshot_dir: Path,
-    base_dir: Path,
-    cache: Path,
+    snapshot_dir: str | Path,
+    base_dir: str | Path,
+    cache: str | Path,
     seed: int,
     sandbox_cfg: SandboxConfig,
     max_flops: float | None,
@@ -198,11 +203,11 @@ def train(
     gpu_seconds: float | None = None,
 ) -> TrainResult:
     """Run the candidate's trainer in the research sandbox into checkpoints/<key>."""
-    out_dir = cache / "checkpoints" / key[:24]
+    out_dir = Path(cache) / "checkpoints" / key[:24]
     outcome = runner.train(
         sandbox_for(sandbox_cfg),
-        snapshot_dir,
-        base_dir,
+        Path(snapshot_dir),
+        Path(base_dir),
         out_dir,
         seed=seed,
         limits=step_limits(sandbox_cfg, max_flops, cpu_seconds, gpu_seconds),
@@ -221,17 +226,17 @@ def train(
 
 
 def play(
-    harness_dir: Path,
-    model_dir: Path,
+    harness_dir: str | Path,
+    model_dir: str | Path,
     split: str,
-    data_dir: Path,
+    data_dir: str | Path,
     task_cfg: TaskConfig,
     sandbox_cfg: SandboxConfig,
     max_flops: float | None,
     cpu_seconds: float | None,
     gpu_seconds: float | None = None,
     engine_cfg: EngineConfig | None = None,
-    stage_dir: Path | None = None,
+    stage_dir: str | Path | None = None,
 ) -> PlayResult:
     """Play a split's episodes against a harness + checkpoint and score them here.
 
@@ -241,12 +246,12 @@ def play(
     """
     domain = get_domain(task_cfg.name)
     sandbox = sandbox_for(sandbox_cfg)
-    episodes = domain.episodes(data_dir, split, task_cfg, sandbox=sandbox)
-    model = stage_model(model_dir, stage_dir) if stage_dir else model_dir
+    episodes = domain.episodes(Path(data_dir), split, task_cfg, sandbox=sandbox)
+    model = stage_model(Path(model_dir), Path(stage_dir)) if stage_dir else Path(model_dir)
     blinded = blind(episodes, secret_of(task_cfg), split)
     outcome = runner.play(
         sandbox,
-        harness_dir,
+        Path(harness_dir),
         model,
         blinded,
         limits=step_limits(sandbox_cfg, max_flops, cpu_seconds, gpu_seconds),
@@ -280,15 +285,16 @@ def agent_turn(
     agent_cfg: AgentConfig,
     feedback: dict,
     before: str,
-    store: Path,
-    workspace: Path,
-    data_dir: Path,
-    base_dir: Path,
+    store: str | Path,
+    workspace: str | Path,
+    data_dir: str | Path,
+    base_dir: str | Path,
     sandbox_cfg: SandboxConfig,
     cpu_seconds: float,
     gpu_seconds: float | None = None,
 ) -> TurnOutcome:
     """The research agent's turn in the research sandbox (vtb/agents/turn.py)."""
+    store, workspace, data_dir, base_dir = map(Path, (store, workspace, data_dir, base_dir))
     return take_turn(
         agent_cfg,
         Feedback(**feedback),

@@ -148,13 +148,12 @@ class Grade:
     flagged: bool | None = None
 
     def to_json(self) -> dict:
-        keep = ("test_score", "note") if self.note else ()
-        out = as_json(self)
         if self.note:  # an ungraded system records only its score and why
-            return {k: out[k] for k in keep}
-        out.pop("note")
-        if self.null_model_score is None:
-            out.pop("null_model_score"), out.pop("flagged")
+            return {"test_score": self.test_score, "note": self.note}
+        out = as_json(self)
+        del out["note"]
+        if self.null_model_score is None:  # no null-model check was run
+            del out["null_model_score"], out["flagged"]
         return out
 
 
