@@ -63,7 +63,6 @@ def play_step(
     cpu_seconds: float | None,
     gpu_seconds: float | None = None,
     engine_cfg: EngineConfig | None = None,
-    stage_dir: str | None = None,
 ) -> PlayResult:
     return pipeline.play(
         harness_dir,
@@ -76,7 +75,6 @@ def play_step(
         cpu_seconds,
         gpu_seconds,
         engine_cfg,
-        stage_dir,
     )
 
 

@@ -147,7 +147,7 @@ def play_scripted(tmp_path):
         out = runner.play(
             sandbox,
             harness,
-            model,
+            runner.NoModel(),
             episodes,
             limits=Limits(wall_seconds=300, cpu_seconds=300),
             round_timeout_s=60,

@@ -155,7 +155,13 @@ def test_harness_cannot_import_generators_or_graders(backend, tmp_path):
     (harness / "harness.py").write_text(HARNESS)
     episodes = [{"type": "start", "episode": "e-0", "domain": "math", "observation": {"question": "1+1?"}}]
     out = runner.play(
-        backend, harness, model, episodes, limits=LIMITS, round_timeout_s=60, per_episode_timeout_s=1
+        backend,
+        harness,
+        runner.NoModel(),
+        episodes,
+        limits=LIMITS,
+        round_timeout_s=60,
+        per_episode_timeout_s=1,
     )
     action = out.actions.get("e-0")
     assert action is not None and action["type"] == "answer", out

@@ -12,7 +12,6 @@ On the old code (c34db53) it saw VTB_NULL_MODEL=1, answered nothing in the check
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -302,17 +301,3 @@ def test_episode_messages_carry_no_split_tells():
     term = TerminalEpisode.__new__(TerminalEpisode)
     term.task, term.history, term.max_steps, term.trial, term.id = {"instruction": "x"}, [], 3, 2, "t.t2"
     assert "trial" not in term.message(fresh=True)["observation"]
-
-
-def test_the_model_is_staged_at_one_path_in_every_mode(tmp_path, toy_model_dir):
-    from vtb.blind import null_model, stage_model, stage_path
-
-    stage = stage_path(tmp_path / "cache", KEY, "run-1", "key")
-    null = null_model(toy_model_dir, tmp_path / "cache", KEY)
-    first = stage_model(toy_model_dir, stage)
-    names = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in first.iterdir())
-    assert os.path.samefile(first / "config.json", toy_model_dir / "config.json")  # hard links: no copy
-    second = stage_model(null, stage)
-    assert first == second and "null" not in str(second)
-    assert sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in second.iterdir()) == names
-    assert stage_path(tmp_path / "cache", KEY, "run-2", "key") != stage

@@ -127,7 +127,7 @@ def test_grading_harness_cannot_read_expected_answers(tmp_path, layout, backend)
     out = runner.play(
         sandbox_backend(backend),
         harness,
-        layout["base"],
+        runner.NoModel(),
         messages,
         limits=LIMITS,
         round_timeout_s=20,
@@ -164,7 +164,7 @@ def test_a_failing_harness_costs_only_its_episodes(tmp_path, layout, body, backe
     out = runner.play(
         sandbox_backend(backend),
         harness,
-        layout["base"],
+        runner.NoModel(),
         messages,
         limits=LIMITS,
         round_timeout_s=3,

@@ -88,7 +88,7 @@ def _play(tmp_path: Path, data_dir: Path, code: str, round_timeout_s: float = 30
     out = runner.play(
         make_sandbox("bwrap"),
         harness,
-        model,
+        runner.NoModel(),
         episodes,
         limits=LIMITS,
         round_timeout_s=round_timeout_s,

@@ -163,12 +163,12 @@ FLOOD = textwrap.dedent(
         (tmp / part).mkdir(parents=True)
     # warm up the code paths (threads, imports) before the baseline
     (tmp / "harness" / "harness.py").write_text("print('hi')")
-    runner.play(sandbox, tmp / "harness", tmp / "model", [{"episode": "e0", "question": "q"}],
+    runner.play(sandbox, tmp / "harness", runner.NoModel(), [{"episode": "e0", "question": "q"}],
                 limits=limits, round_timeout_s=5, per_episode_timeout_s=1)
     before = peak_mb()
     (tmp / "harness" / "harness.py").write_text(
         "import sys\\nfor _ in range(400):\\n    sys.stdout.buffer.write(b'x' * (1 << 20))\\nprint()\\n")
-    out = runner.play(sandbox, tmp / "harness", tmp / "model", [{"episode": "e0", "question": "q"}],
+    out = runner.play(sandbox, tmp / "harness", runner.NoModel(), [{"episode": "e0", "question": "q"}],
                       limits=limits, round_timeout_s=60, per_episode_timeout_s=1)
     after_play = peak_mb()
     (tmp / "cand/data/train.jsonl").write_text("")

@@ -20,7 +20,7 @@ from typing import Any
 
 from vtb import keys, pipeline, record
 from vtb.agents import Feedback, best_of, make_agent
-from vtb.blind import null_model, secret_of, stage_path
+from vtb.blind import null_model, secret_of
 from vtb.config import BenchConfig, ModelConfig
 from vtb.engine.select import engine_env
 from vtb.hashing import hash_json
@@ -182,23 +182,27 @@ class Bench:
         return key, out
 
     def play(
-        self, system: System, split: str, iteration: int, *, budgeted: bool = True, weights: str | None = None
+        self,
+        system: System,
+        split: str,
+        iteration: int,
+        *,
+        budgeted: bool = True,
+        weights: str | None = None,
+        mode: str = "model",
     ) -> PlayResult:
-        """Play `system` on `split`; `weights` swaps in other weights (the null model) for the same system."""
+        """Play `system` on `split`; `weights` swaps in other weights (mode null or base) behind the same endpoint."""
         harness = part_hashes(self.store / system.snapshot)["harness"]
         key = keys.play_key(
             system.weights_key,
             harness,
             split,
             self.data.hashes[split],
-            weights is not None,
+            mode,
             self.cfg.task,
             self.cfg.engine,
         )
         lim = self._limits(budgeted, "infer")
-        # One staging path per (run, trained model): validation, grading and the null check all
-        # mount /model from it, so the mount table names the same host path in every mode.
-        stage = stage_path(self.cache, secret_of(self.cfg.task), self.run_id, system.weights_key)
         out = self._call(
             "play",
             key=key,
@@ -210,7 +214,6 @@ class Bench:
             sandbox_cfg=self.cfg.sandbox,
             **lim._asdict(),  # max_flops, cpu_seconds, gpu_seconds
             engine_cfg=self.cfg.engine,
-            stage_dir=str(stage),
         )
         self._charge(f"play-{split}", iteration, key, out.charge, budgeted)
         return out
@@ -345,8 +348,12 @@ class Bench:
             # The same harness, episodes (ids, order), mounts, paths and environment; only the
             # weights differ: the checkpoint's own folder with every tensor shuffled (vtb/blind.py).
             null_dir = null_model(Path(system.weights), self.cache, secret_of(self.cfg.task))
-            null = self.play(system, "test", -1, budgeted=False, weights=str(null_dir))
+            null = self.play(system, "test", -1, budgeted=False, weights=str(null_dir), mode="null")
             grade.null_model_score, grade.flagged = null.score, null.score > self.cfg.null_model_threshold
+        if self.cfg.base_model_check:
+            # Information, not a flag: how much of the score the trained weights carry.
+            base = self.play(system, "test", -1, budgeted=False, weights=str(self.base_dir), mode="base")
+            grade.base_model_score = base.score
         return grade
 
     def reference_system(self) -> tuple[System, dict]:

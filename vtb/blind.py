@@ -16,15 +16,13 @@ orchestrator (`secret`):
   Files that are not weights the engines load (safetensors, torch pickles) are copied unchanged:
   a harness that keeps its own model in another format still scores in the null check and is
   flagged. Built once per checkpoint hash under <cache>/null-models;
-- **the mount path** (`stage_model`): every play of a run mounts its model at /model from one
-  staging folder per (run, checkpoint) that holds hard links to the real checkpoint or to its
-  null model, so /proc/self/mountinfo names the same host path for validation, grading and the
-  null check.
+- **the model itself**: the harness never sees weights; it reaches a model server through the
+  same socket mount, URL and key format in every mode (vtb/service.py), and only the
+  orchestrator knows which checkpoint that server loaded: the trained one, its null model, or
+  the untrained base model (grading's base-model check).
 
-What stays visible (today's design keeps the weights inside the harness's sandbox): the weight
-values themselves (a harness can compare them with a digest its trainer left in the checkpoint,
-or probe the model's answers), inode numbers and link counts, timing, and the number of
-episodes. Closing those is the model-service design (the weights behind an endpoint), not this.
+What stays visible: timing, the number of episodes, and the answers themselves (a harness can
+probe the model's behaviour through the API, as it could any model).
 """
 
 from __future__ import annotations
@@ -222,20 +220,3 @@ def _shuffle_torch(path: Path, rng) -> None:
 
 
 # --- one mount path in every mode --------------------------------------------------------------
-
-
-def stage_path(cache: Path, secret: bytes, run_id: str, model_key: str) -> Path:
-    """Where every play of this run mounts the model of model_key from (validation, grading, null check)."""
-    return cache / "stage" / keyed(secret, "stage", run_id, model_key)[:24] / "checkpoint"
-
-
-def stage_model(source: Path, stage: Path) -> Path:
-    """Fill `stage` with hard links to source's regular files (copies across file systems), stats kept."""
-    tmp = stage.with_name(f".{stage.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.parent.mkdir(parents=True, exist_ok=True)
-    safefs.copy_tree(source, tmp, link=True)
-    _mirror_stats(source, tmp)
-    shutil.rmtree(stage, ignore_errors=True)
-    tmp.rename(stage)
-    return stage

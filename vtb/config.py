@@ -155,12 +155,16 @@ class SandboxConfig:
     # entries; past them the candidate is rejected with the reason, and the run goes on.
     max_part_mb: float = 256.0  # each workspace part (data/, trainer/, harness/) after a turn
     max_part_files: int = 20000
+    # harness/ holds code and small assets, not weights (the model is a service, vtb/serve/)
+    max_harness_mb: float = 1.0
     # a trained checkpoint: a 7B model's fp32 weights + Adam state (~84 GB) fit
     max_checkpoint_mb: float = 100_000.0
     max_checkpoint_files: int = 10000
 
-    def part_caps(self) -> Caps:
-        return Caps.of(self.max_part_mb, self.max_part_files)
+    def part_caps(self) -> dict[str, Caps]:
+        """The caps of each workspace part after a turn: harness/ has its own, smaller size cap."""
+        caps = Caps.of(self.max_part_mb, self.max_part_files)
+        return {"data": caps, "trainer": caps, "harness": Caps.of(self.max_harness_mb, self.max_part_files)}
 
     def checkpoint_caps(self) -> Caps:
         return Caps.of(self.max_checkpoint_mb, self.max_checkpoint_files)
@@ -201,6 +205,7 @@ class BenchConfig:
     reference: bool = True  # also build and grade the domain's reference system
     null_model_check: bool = True  # re-grade the submission with a null model; flag if it scores
     null_model_threshold: float = 0.05
+    base_model_check: bool = True  # also grade the submitted harness with the untrained base model
 
     def paths(self) -> tuple[Path, Path]:
         """Absolute runs and cache roots (no Hydra chdir: relative paths mean the cwd)."""

@@ -16,7 +16,16 @@ from vtb.hashing import code_version, hash_json
 
 # The source each kind of result depends on; part of its key.
 TRAIN_CODE = ("engine", "models")
-PLAY_CODE = ("engine", "models", "protocol.py", "runner.py", "domains")
+PLAY_CODE = (
+    "engine",
+    "models",
+    "protocol.py",
+    "runner.py",
+    "service.py",
+    "serve",
+    "sandbox/egress.py",
+    "domains",
+)
 MODEL_CODE = ("models", "engine", "domains")
 DATA_CODE = ("domains",)
 TURN_CODE = ("agents",)
@@ -44,7 +53,7 @@ def play_key(
     harness_hash: str,
     split: str,
     split_hash: str,
-    null_model: bool,
+    mode: str,  # model | null | base: which weights answer (grading's checks swap them)
     task: TaskConfig,
     engine: EngineConfig,
 ) -> str:
@@ -56,7 +65,7 @@ def play_key(
             harness_hash,
             split,
             split_hash,
-            null_model,
+            mode,
             asdict(task),
             asdict(engine),
             code_version(*PLAY_CODE),

@@ -7,6 +7,7 @@ to persist, so a resumed run rebuilds its ledger from the charges inside the cac
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import sys
@@ -17,7 +18,7 @@ from pathlib import Path
 from vtb import runner
 from vtb.agents import Feedback
 from vtb.agents.turn import take_turn
-from vtb.blind import blind, real_ids, secret_of, stage_model
+from vtb.blind import blind, real_ids, secret_of
 from vtb.config import AgentConfig, BenchConfig, EngineConfig, ModelConfig, SandboxConfig, TaskConfig
 from vtb.domains import salt
 from vtb.domains.registry import get_domain
@@ -28,6 +29,7 @@ from vtb.ledger import Charge
 from vtb.results import DataResult, ModelResult, PlayResult, TrainResult, TurnOutcome
 from vtb.sandbox import make_sandbox, runtime_mounts
 from vtb.sandbox.base import Limits, Mount
+from vtb.service import ModelService, ServiceError
 from vtb.workspace import snapshot
 
 
@@ -236,29 +238,40 @@ def play(
     cpu_seconds: float | None,
     gpu_seconds: float | None = None,
     engine_cfg: EngineConfig | None = None,
-    stage_dir: str | Path | None = None,
 ) -> PlayResult:
-    """Play a split's episodes against a harness + checkpoint and score them here.
+    """Play a split's episodes against a harness, with model_dir served by a model server, and score them here.
 
-    The sandbox gets only episode inputs and observations, under opaque ids in a keyed order,
-    and (with stage_dir) the model through a run-wide staging folder (vtb/blind.py): nothing
-    tells it the split or the mode. Answers, environments and the scorer stay in this process.
+    The harness sandbox gets only episode inputs and observations, under opaque ids in a keyed
+    order (vtb/blind.py), and an endpoint (vtb/service.py): nothing tells it the split, the
+    mode or which weights answer. Answers, environments and the scorer stay in this process.
+    The step's FLOPs limit is the server's; its CPU-seconds cap holds for each sandbox.
     """
     domain = get_domain(task_cfg.name)
     sandbox = sandbox_for(sandbox_cfg)
     episodes = domain.episodes(Path(data_dir), split, task_cfg, sandbox=sandbox)
-    model = stage_model(Path(model_dir), Path(stage_dir)) if stage_dir else Path(model_dir)
     blinded = blind(episodes, secret_of(task_cfg), split)
-    outcome = runner.play(
-        sandbox,
-        Path(harness_dir),
-        model,
-        blinded,
-        limits=step_limits(sandbox_cfg, max_flops, cpu_seconds, gpu_seconds),
-        round_timeout_s=task_cfg.round_timeout_s,
-        per_episode_timeout_s=task_cfg.per_episode_timeout_s,
-        env=engine_env(engine_cfg.name, engine_cfg.options, engine_cfg.fallback) if engine_cfg else None,
-    )
+    limits = step_limits(sandbox_cfg, max_flops, cpu_seconds, gpu_seconds)
+    env = engine_env(engine_cfg.name, engine_cfg.options, engine_cfg.fallback) if engine_cfg else {}
+    service = ModelService(sandbox, Path(model_dir), limits, env=env)
+    try:
+        with service:
+            outcome = runner.play(
+                sandbox,
+                Path(harness_dir),
+                service,
+                blinded,
+                limits=dataclasses.replace(limits, max_flops=None),
+                round_timeout_s=task_cfg.round_timeout_s,
+                per_episode_timeout_s=task_cfg.per_episode_timeout_s,
+            )
+    except ServiceError as e:  # e.g. a checkpoint in a pickle format: every episode fails, the run goes on
+        outcome = runner.EpisodeOutcome({}, Charge(), [], 0, [], [])
+        for ep in blinded:
+            ep.fail(f"model server: {str(e)[:300]}")
+            outcome.failed[ep.id] = "the model server did not start"
+        outcome.stderr_tail = str(e)[-4000:]
+    outcome.charge = outcome.charge + service.charge
+    outcome.engine = service.engine
     rewards = {ep.id: ep.reward() for ep in episodes}
     return PlayResult(
         split=split,

@@ -128,6 +128,7 @@ class RunRecord:
                 "val_score": chosen["val_score"],
                 "iteration": chosen["iteration"],
                 "flagged_by_null_model": grades["submitted"].get("flagged"),
+                "base_model_test_score": grades["submitted"].get("base_model_score"),
             },
             "reference": {"test_score": grades["reference"]["test_score"], **_passes(grades["reference"])}
             if "reference" in grades
@@ -318,6 +319,11 @@ def write_report(run_dir: Path, result: dict, history: list[dict], grades: dict)
         flag = "FLAGGED: the harness scores without the model" if sub["flagged"] else "not flagged"
         lines.append(
             f"- Null-model check: test {sub['null_model_score']:.3f} with the submitted model's weights shuffled ({flag})."
+        )
+    if "base_model_score" in sub:
+        lines.append(
+            f"- Base-model check: test {sub['base_model_score']:.3f} with the same harness served the untrained "
+            f"base model (vs {sub['test_score']:.3f} trained): the part of the score the training carries is the gap."
         )
     if sub.get("denials"):
         lines.append(f"- Blocked access attempts seen at grading: {len(sub['denials'])} (see grading.json).")

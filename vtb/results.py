@@ -146,6 +146,7 @@ class Grade:
     engine: str = ""
     null_model_score: float | None = None
     flagged: bool | None = None
+    base_model_score: float | None = None  # the same harness served the untrained base model
 
     def to_json(self) -> dict:
         if self.note:  # an ungraded system records only its score and why
@@ -154,6 +155,8 @@ class Grade:
         del out["note"]
         if self.null_model_score is None:  # no null-model check was run
             del out["null_model_score"], out["flagged"]
+        if self.base_model_score is None:
+            del out["base_model_score"]
         return out
 
 

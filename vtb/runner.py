@@ -254,10 +254,37 @@ class EpisodeOutcome:
     output: dict = field(default_factory=dict)  # the harness's stdout: StreamStats + garbage_lines
 
 
+class Model(Protocol):
+    """How a harness reaches the model: a running `vtb.service.ModelService` (or a test's stand-in)."""
+
+    exhausted: bool  # the model refused a request for the step's FLOPs budget
+
+    def harness_mounts(self) -> list[Mount]: ...
+
+    def harness_env(self) -> dict[str, str]: ...
+
+    def harness_argv(self, argv: list[str]) -> list[str]: ...
+
+
+class NoModel:
+    """No model behind the harness: a scripted harness (tests, the benchmark of the protocol)."""
+
+    exhausted = False
+
+    def harness_mounts(self) -> list[Mount]:
+        return []
+
+    def harness_env(self) -> dict[str, str]:
+        return {}
+
+    def harness_argv(self, argv: list[str]) -> list[str]:
+        return argv
+
+
 def play(
     sandbox: Sandbox,
     harness_dir: Path,
-    model_dir: Path,
+    model: Model,
     episodes: list[Episode] | list[dict],
     *,
     limits: Limits,
@@ -265,7 +292,6 @@ def play(
     per_episode_timeout_s: float,
     chunk: int = 128,
     max_restarts: int = 20,
-    env: dict[str, str] | None = None,
 ) -> EpisodeOutcome:
     """Play episodes against the harness in rounds until every episode is over.
 
@@ -274,13 +300,16 @@ def play(
     A harness that crashes, hangs or prints garbage costs only the episodes it failed to
     answer: those are retried once alone in a fresh harness (so one poisonous input cannot
     take the others with it) and end with a failure if that fails too.
+
+    The harness sandbox holds the harness and the model's socket, never weights; the model
+    server meters the FLOPs, so the harness's own usage file is not read (its charge is its
+    CPU and GPU seconds). Once the server refused a request for the budget, the episodes still
+    unanswered end as stopped by budget.
     """
     eps: list[Episode] = [SingleTurn(e) if isinstance(e, dict) else e for e in episodes]
-    mounts = runtime_mounts() + [Mount(harness_dir, "/ws/harness"), Mount(model_dir, "/model")]
-    # The same mounts and environment in every mode: a null-model check differs only in what
-    # model_dir holds (vtb/blind.py), so nothing inside the sandbox can tell it apart.
-    env = {**(env or {}), "VTB_MODEL_DIR": "/model"}  # env: e.g. the engine selection
-    argv = [PYTHON, "/ws/harness/harness.py"]
+    mounts = runtime_mounts() + [Mount(harness_dir, "/ws/harness"), *model.harness_mounts()]
+    env = model.harness_env()
+    argv = model.harness_argv([PYTHON, "/ws/harness/harness.py"])
     out = EpisodeOutcome({}, Charge(), [], 0, [], [])
     running: list[Episode] = [ep for ep in eps if not getattr(ep, "over", False)]  # e.g. its user failed
     alone: list[Episode] = []  # episodes to retry one per round after a failure
@@ -305,14 +334,10 @@ def play(
                 pass
         result = p.wait(timeout=10)
         pump_stop.set()
-        out.charge = out.charge + charge_of(result)
+        # Metered seconds only: FLOPs are the model server's to count, not the harness's.
+        out.charge = out.charge + Charge.of(cpu_seconds=result.cpu_seconds, gpu_seconds=result.gpu_seconds)
         out.denials += result.denials
         out.stderr_tail = result.stderr[-4000:]
-        if result.usage.get("engine"):  # the harness's word: shown, never parsed further
-            fallback = result.usage.get("engine_fallback")
-            out.engine = str(result.usage["engine"])[:100] + (
-                f" (fallback from {str(fallback)[:100]})" if fallback else ""
-            )
         if result.killed and result.killed != "closed":
             out.killed.append(result.killed)
 
@@ -373,10 +398,17 @@ def play(
             out.crashes += 1
             finish(proc, hung=True)
             proc = None
+            if model.exhausted and not (out.killed and out.killed[-1] == "cpu"):
+                out.killed.append("flops")
             if out.killed and out.killed[-1] in ("flops", "cpu"):
                 for ep in missing + alone + running:
-                    end(ep, f"budget: killed ({out.killed[-1]})")
-                break  # budget spent: retrying would only be killed again
+                    end(
+                        ep,
+                        f"budget: killed ({out.killed[-1]})"
+                        if out.killed[-1] == "cpu"
+                        else "budget: FLOPs spent",
+                    )
+                break  # budget spent: retrying would only be refused again
             for ep in missing:
                 if len(batch) > 1 and ep.id not in retried:
                     retried.add(ep.id)

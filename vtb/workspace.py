@@ -30,17 +30,23 @@ def snapshot_id(hashes: dict[str, str]) -> str:
     return hash_json(hashes)[:16]
 
 
-def snapshot(ws: Path, store: Path, caps: safefs.Caps = safefs.NO_CAPS, dropped: list | None = None) -> str:
+def snapshot(
+    ws: Path,
+    store: Path,
+    caps: safefs.Caps | dict[str, safefs.Caps] = safefs.NO_CAPS,
+    dropped: list | None = None,
+) -> str:
     """Copy the parts of ws into store/<id> (once) and return the id.
 
-    Each part is held to caps (Rejected past them); links and special files are left out and,
+    Each part is held to caps (one for all, or one per part name; Rejected past them); links and special files are left out and,
     when `dropped` is a list, appended to it as {"path": "<part>/<rel>", "kind": ...}.
     """
     store.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".snap-", dir=store))
     try:
         for part in PARTS:
-            lost = safefs.copy_tree(ws / part, tmp / part, caps, skip=safefs.skip_hidden)
+            cap = caps.get(part, safefs.NO_CAPS) if isinstance(caps, dict) else caps
+            lost = safefs.copy_tree(ws / part, tmp / part, cap, skip=safefs.skip_hidden)
             if dropped is not None:
                 dropped += [
                     {"path": f"{part}/{d['path']}".removesuffix("/."), "kind": d["kind"]} for d in lost

@@ -31,6 +31,22 @@ class _Seq:
     tokens: list[int] = field(default_factory=list)
     text: str = ""
     done: bool = False
+    finish: str = "length"  # "stop" once it ends at EOS or a stop string
+    logprobs: list[float] = field(default_factory=list)  # of each chosen token (when asked)
+    top: list[list[tuple[int, float]]] = field(default_factory=list)  # the most likely alternatives
+
+
+@dataclass
+class Completion:
+    """One continuation with what an API reports about it."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str  # "stop" (EOS or a stop string) or "length"
+    tokens: list[str] | None = None  # with logprobs: each generated token's text
+    token_logprobs: list[float] | None = None
+    top_logprobs: list[dict[str, float]] | None = None
 
 
 def _device() -> torch.device:
@@ -49,7 +65,7 @@ class Engine:
 
     name = "transformers"
 
-    def __init__(self, model_dir: str | Path, *, threads: int | None = None):
+    def __init__(self, model_dir: str | Path, *, threads: int | None = None, safetensors_only: bool = False):
         self.model_dir = Path(model_dir)
         threads = threads if threads is not None else _env_threads()
         if threads:
@@ -58,7 +74,10 @@ class Engine:
         hf_logging.disable_progress_bar()  # harness stderr is a log, not a terminal
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         self.device = _device()
-        self.model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32).to(self.device)
+        weights = {"use_safetensors": True} if safetensors_only else {}
+        self.model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32, **weights).to(
+            self.device
+        )
         self.model.eval()
         self._n_params = count_params(self.model)
         config = self.model.config
@@ -110,34 +129,69 @@ class Engine:
         Greedy when temperature == 0; otherwise seeded sampling with top-p.
         Charges 2·params per token processed (prompt tokens + generated tokens) once per call.
         """
+        kwargs = dict(temperature=temperature, top_p=top_p, seed=seed, stop=stop, batch_size=batch_size)
+        return [c.text for c in self.complete(prompts, max_new_tokens=max_new_tokens, **kwargs)]
+
+    def complete(
+        self,
+        prompts: list[str] | list[list[int]],
+        *,
+        max_new_tokens: int = 64,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        seed: int = 0,
+        stop: list[str] | None = None,
+        batch_size: int = 64,
+        logprobs: int | None = None,
+    ) -> list[Completion]:
+        """`generate` with what an API reports: token counts, finish reasons and, when asked, logprobs.
+
+        Prompts are texts or token ids (already encoded, as the model server passes them). With
+        `logprobs` (0..5) each generated token's log-probability under the model (before
+        temperature) is kept, with that many most likely alternatives.
+        """
         if not prompts or max_new_tokens <= 0:
             usage.charge(0.0)
             self.last_usage = {"prompt_tokens": 0, "generated_tokens": 0, "flops": 0.0}
-            return [""] * len(prompts)
+            return [Completion("", 0, 0, "length") for _ in prompts]
         stop = stop_list(stop)
-        encoded = self.encode(prompts, max_new_tokens)
+        texts = [p if isinstance(p, str) else " ".join(map(str, p)) for p in prompts]  # seeds key on these
+        encoded = (
+            [list(p) for p in prompts]
+            if not isinstance(prompts[0], str)
+            else self.encode(prompts, max_new_tokens)
+        )
         check_budget(self._n_params, encoded, max_new_tokens)
-        generators = make_generators(sequence_seeds(prompts, seed)) if temperature > 0 else None
+        generators = make_generators(sequence_seeds(texts, seed)) if temperature > 0 else None
         order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
-        results: list[str] = [""] * len(prompts)
-        prompt_tokens = generated = 0
+        done: list[_Seq] = [None] * len(prompts)  # type: ignore[list-item]
+        sampling = (temperature, top_p, top_k, logprobs)
         with torch.inference_mode():
             for start in range(0, len(order), max(1, batch_size)):
                 chunk = order[start : start + max(1, batch_size)]
                 seqs = [_Seq(i, len(encoded[i])) for i in chunk]
                 gens = [generators[i] for i in chunk] if generators else None
-                self._decode_batch(
-                    [encoded[i] for i in chunk], seqs, gens, max_new_tokens, temperature, top_p, stop
-                )
+                self._decode_batch([encoded[i] for i in chunk], seqs, gens, max_new_tokens, sampling, stop)
                 for s in seqs:
-                    results[s.index] = s.text
-                    prompt_tokens += s.prompt_len
-                    generated += len(s.tokens)
+                    done[s.index] = s
+        prompt_tokens = sum(s.prompt_len for s in done)
+        generated = sum(len(s.tokens) for s in done)
         tokens = prompt_tokens + generated
         flops = usage.infer_flops(self._n_params, tokens)
         usage.charge(flops, infer_tokens=tokens)
         self.last_usage = {"prompt_tokens": prompt_tokens, "generated_tokens": generated, "flops": flops}
-        return results
+        return [self._completion(s, logprobs) for s in done]
+
+    def _completion(self, seq: _Seq, logprobs: int | None) -> Completion:
+        out = Completion(seq.text, seq.prompt_len, len(seq.tokens), seq.finish)
+        if logprobs is not None:
+            out.tokens = [self._decoder.id_to_token(t) or "" for t in seq.tokens]
+            out.token_logprobs = seq.logprobs
+            out.top_logprobs = [
+                {self._decoder.id_to_token(t) or str(t): lp for t, lp in alts} for alts in seq.top
+            ]
+        return out
 
     def _forward(self, ids, mask, positions, cache, logits_to_keep: int = 1) -> torch.Tensor:
         out = self.model(
@@ -150,8 +204,9 @@ class Engine:
         )
         return out.logits[:, -1, :].float().cpu()  # token choice runs on the CPU (seeded generators)
 
-    def _decode_batch(self, prompt_ids, seqs, gens, max_new_tokens, temperature, top_p, stop) -> None:
+    def _decode_batch(self, prompt_ids, seqs, gens, max_new_tokens, sampling, stop) -> None:
         """Left-padded prefill, then one token per step for the sequences still running."""
+        temperature, top_p, top_k, logprobs = sampling
         width = max(len(ids) for ids in prompt_ids)
         ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(seqs), width), dtype=torch.long)
@@ -165,12 +220,17 @@ class Engine:
         next_pos = mask.sum(-1)
         active = list(range(len(seqs)))  # rows of the cache, in order, that are still running
         for step in range(max_new_tokens):
-            picked = choose(logits, temperature, top_p, [gens[r] for r in active] if gens else None).tolist()
+            picked = choose(
+                logits, temperature, top_p, [gens[r] for r in active] if gens else None, top_k
+            ).tolist()
+            if logprobs is not None:
+                _keep_logprobs(logits, picked, [seqs[r] for r in active], logprobs)
             for r, token in zip(active, picked, strict=True):
                 seq = seqs[r]
                 if token in self.eos_ids:
                     seq.tokens.append(token)
                     seq.done = True
+                    seq.finish = "stop"
                     continue
                 seq.tokens.append(token)
                 if step + 1 >= max_new_tokens or seq.prompt_len + len(seq.tokens) >= self.max_positions:
@@ -201,6 +261,22 @@ class Engine:
         for seq, text in zip(need, texts, strict=True):
             seq.text, hit = cut_at_stop(text, stop)
             seq.done = seq.done or hit
+            if hit:
+                seq.finish = "stop"
+
+
+def _keep_logprobs(logits: torch.Tensor, picked: list[int], seqs: list[_Seq], top: int) -> None:
+    """Each running sequence's chosen token's log-probability and its `top` likeliest alternatives."""
+    lp = torch.log_softmax(logits.float(), dim=-1)
+    chosen = lp.gather(-1, torch.tensor(picked).unsqueeze(-1)).squeeze(-1).tolist()
+    alts = lp.topk(top, dim=-1) if top > 0 else None
+    for row, seq in enumerate(seqs):
+        seq.logprobs.append(float(chosen[row]))
+        if alts is not None:
+            ids, vals = alts.indices[row].tolist(), alts.values[row].tolist()
+            seq.top.append(list(zip(ids, map(float, vals), strict=True)))
+        else:
+            seq.top.append([])
 
 
 def check_budget(n_params: int, encoded: list[list[int]], max_new_tokens: int) -> None:

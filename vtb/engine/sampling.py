@@ -35,12 +35,23 @@ def make_generators(seeds: list[int]) -> list[torch.Generator]:
 
 
 def choose(
-    logits: torch.Tensor, temperature: float, top_p: float, generators: list[torch.Generator] | None
+    logits: torch.Tensor,
+    temperature: float,
+    top_p: float,
+    generators: list[torch.Generator] | None,
+    top_k: int = 0,
 ) -> torch.Tensor:
-    """Next token per row of `logits` (rows, vocab): argmax, or one draw per row's generator."""
+    """Next token per row of `logits` (rows, vocab): argmax, or one draw per row's generator.
+
+    Sampling keeps the `top_k` most likely tokens (0: all), then the top-p nucleus of those.
+    """
     if temperature <= 0.0:
         return logits.argmax(dim=-1)
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    logits = logits.float()
+    if 0 < top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits / temperature, dim=-1)
     sorted_probs, order = probs.sort(dim=-1, descending=True)
     if top_p < 1.0:
         # Keep the smallest prefix whose mass reaches top_p (always at least the top token).

@@ -47,11 +47,17 @@ def vllm_unavailable() -> str | None:
     return None
 
 
-def open_engine(model_dir: str | Path, *, name: str | None = None, threads: int | None = None):
+def open_engine(
+    model_dir: str | Path,
+    *,
+    name: str | None = None,
+    threads: int | None = None,
+    safetensors_only: bool = False,
+):
     """The engine the run configured for model_dir.
 
-    There is no null mode here: grading's null-model check mounts a null checkpoint at the same
-    path (vtb/blind.py), so a harness cannot tell the check from a normal grading by its engine.
+    The model server (vtb/serve/server.py) opens agent-produced checkpoints with
+    `safetensors_only`: weights in a pickle format are refused, never unpickled.
     """
     from vtb.engine.infer import Engine
 
@@ -63,7 +69,10 @@ def open_engine(model_dir: str | Path, *, name: str | None = None, threads: int 
         if reason is None:
             from vtb.engine.vllm_engine import VLLMEngine
 
-            engine = VLLMEngine(model_dir, options=json.loads(os.environ.get("VTB_ENGINE_OPTIONS") or "{}"))
+            options = json.loads(os.environ.get("VTB_ENGINE_OPTIONS") or "{}")
+            if safetensors_only:
+                options["load_format"] = "safetensors"
+            engine = VLLMEngine(model_dir, options=options)
             usage.note(engine="vllm", engine_fallback="")
             return engine
         if os.environ.get("VTB_ENGINE_FALLBACK", "1") != "1":
@@ -72,6 +81,6 @@ def open_engine(model_dir: str | Path, *, name: str | None = None, threads: int 
             f"[engine] vllm unavailable: {reason}; using the transformers engine", file=sys.stderr, flush=True
         )
         usage.note(engine="transformers", engine_fallback=f"vllm: {reason}")
-        return Engine(model_dir, threads=threads)
+        return Engine(model_dir, threads=threads, safetensors_only=safetensors_only)
     usage.note(engine="transformers", engine_fallback="")
-    return Engine(model_dir, threads=threads)
+    return Engine(model_dir, threads=threads, safetensors_only=safetensors_only)

@@ -16,12 +16,19 @@ from pathlib import Path
 from transformers import AutoTokenizer
 
 from vtb.engine import usage
-from vtb.engine.infer import check_budget, cut_at_stop, decodes_spaced, encode_prompts, stop_list
+from vtb.engine.infer import Completion, check_budget, cut_at_stop, decodes_spaced, encode_prompts, stop_list
 from vtb.engine.sampling import sequence_seeds
 from vtb.models.meta import n_params_of
 
 # vllm.LLM arguments a run may set through engine.options (conf/engine/vllm.yaml).
-LLM_OPTIONS = ("dtype", "gpu_memory_utilization", "max_model_len", "enforce_eager", "tensor_parallel_size")
+LLM_OPTIONS = (
+    "dtype",
+    "gpu_memory_utilization",
+    "max_model_len",
+    "enforce_eager",
+    "tensor_parallel_size",
+    "load_format",  # the model server sets "safetensors": no pickle is ever loaded
+)
 DEFAULTS = {"dtype": "auto", "gpu_memory_utilization": 0.5, "enforce_eager": True}
 
 
@@ -38,7 +45,13 @@ def llm_kwargs(model_dir: str | Path, max_positions: int, options: dict | None) 
 
 
 def sampling_kwargs(
-    max_new_tokens: int, temperature: float, top_p: float, seed: int | None, stop: list[str]
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    seed: int | None,
+    stop: list[str],
+    top_k: int = 0,
+    logprobs: int | None = None,
 ) -> dict:
     """SamplingParams for one prompt: greedy at temperature 0, stop strings kept in the output."""
     kwargs = {
@@ -51,6 +64,10 @@ def sampling_kwargs(
     }
     if temperature > 0:
         kwargs["seed"] = seed
+        if top_k > 0:
+            kwargs["top_k"] = top_k
+    if logprobs is not None:
+        kwargs["logprobs"] = logprobs
     return kwargs
 
 
@@ -95,29 +112,75 @@ class VLLMEngine:
         batch_size: int = 64,  # vLLM schedules its own batches; kept for the same signature
     ) -> list[str]:
         """As `Engine.generate`: continuations, cut right after the first stop string, FLOPs charged."""
+        kwargs = dict(temperature=temperature, top_p=top_p, seed=seed, stop=stop)
+        return [c.text for c in self.complete(prompts, max_new_tokens=max_new_tokens, **kwargs)]
+
+    def complete(
+        self,
+        prompts: list[str] | list[list[int]],
+        *,
+        max_new_tokens: int = 64,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        seed: int = 0,
+        stop: list[str] | None = None,
+        batch_size: int = 64,
+        logprobs: int | None = None,
+    ) -> list[Completion]:
+        """As `Engine.complete`: texts or token ids in, `Completion`s out, FLOPs charged."""
         if not prompts or max_new_tokens <= 0:
             usage.charge(0.0)
             self.last_usage = {"prompt_tokens": 0, "generated_tokens": 0, "flops": 0.0}
-            return [""] * len(prompts)
+            return [Completion("", 0, 0, "length") for _ in prompts]
         from_vllm = _sampling_params_class(self.llm)
         stops = stop_list(stop)
-        encoded = encode_prompts(self.tokenizer, prompts, self.max_positions, max_new_tokens)
+        if isinstance(prompts[0], str):
+            texts, encoded = (
+                prompts,
+                encode_prompts(self.tokenizer, prompts, self.max_positions, max_new_tokens),
+            )
+        else:
+            texts, encoded = [" ".join(map(str, p)) for p in prompts], [list(p) for p in prompts]
         check_budget(self._n_params, encoded, max_new_tokens)
-        seeds = sequence_seeds(prompts, seed) if temperature > 0 else [None] * len(prompts)
-        params = [from_vllm(**sampling_kwargs(max_new_tokens, temperature, top_p, s, stops)) for s in seeds]
+        seeds = sequence_seeds(texts, seed) if temperature > 0 else [None] * len(prompts)
+        params = [
+            from_vllm(**sampling_kwargs(max_new_tokens, temperature, top_p, s, stops, top_k, logprobs))
+            for s in seeds
+        ]
         outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in encoded], params, use_tqdm=False)
-        texts, prompt_tokens, generated = [], 0, 0
+        done, prompt_tokens, generated = [], 0, 0
         for ids, out in zip(encoded, outputs, strict=True):
-            token_ids = list(out.outputs[0].token_ids)
-            text = self._decoder.decode(token_ids, skip_special_tokens=True)
-            texts.append(cut_at_stop(text, stops)[0])
+            first = out.outputs[0]
+            token_ids = list(first.token_ids)
+            text, hit = cut_at_stop(self._decoder.decode(token_ids, skip_special_tokens=True), stops)
+            finish = "stop" if hit or getattr(first, "finish_reason", "") == "stop" else "length"
+            done.append(self._completion(Completion(text, len(ids), len(token_ids), finish), first, logprobs))
             prompt_tokens += len(ids)
             generated += len(token_ids)
         tokens = prompt_tokens + generated
         flops = usage.infer_flops(self._n_params, tokens)
         usage.charge(flops, infer_tokens=tokens)
         self.last_usage = {"prompt_tokens": prompt_tokens, "generated_tokens": generated, "flops": flops}
-        return texts
+        return done
+
+    def _completion(self, c: Completion, output, logprobs: int | None) -> Completion:
+        """Copy vLLM's per-token logprobs (a dict token id -> Logprob per position) into `c`."""
+        if logprobs is None or not getattr(output, "logprobs", None):
+            return c
+        name = self._decoder.id_to_token
+        c.tokens = [name(t) or "" for t in output.token_ids]
+        c.token_logprobs = [
+            float(pos[t].logprob) for t, pos in zip(output.token_ids, output.logprobs, strict=True)
+        ]
+        c.top_logprobs = [
+            {
+                name(t) or str(t): float(lp.logprob)
+                for t, lp in sorted(pos.items(), key=lambda kv: -kv[1].logprob)[:logprobs]
+            }
+            for pos in output.logprobs
+        ]
+        return c
 
 
 def _sampling_params_class(llm):

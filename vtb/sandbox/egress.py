@@ -319,7 +319,7 @@ def proxy_env(port: int = BRIDGE_PORT) -> dict[str, str]:
 # -- inside the sandbox ------------------------------------------------------------------------
 
 
-def _bridge(listener: socket.socket, path: str) -> None:
+def relay_listener(listener: socket.socket, path: str) -> None:
     """Relay each connection to the sandbox's listener to the orchestrator's proxy socket, as is."""
     while True:
         conn, _ = listener.accept()
@@ -375,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
                 if address[0] == "127.0.0.1":
                     print(f"egress bridge: cannot listen on {address}: {e}", file=sys.stderr, flush=True)
                 continue
-            threading.Thread(target=_bridge, args=(listener, args.socket), daemon=True).start()
+            threading.Thread(target=relay_listener, args=(listener, args.socket), daemon=True).start()
         env.update(proxy_env(args.port))
     child = subprocess.Popen(
         command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env

@@ -42,6 +42,7 @@ DOMAINS = tuple(
 SANDBOX_CODE: tuple[str, ...] = (
     "__init__.py",
     "protocol.py",  # the harness protocol
+    "serve",  # the model server, its in-sandbox bridge and the harnesses' client
     "engine",  # trainers (vtb.engine.sft, ds_launch) and inference engines
     "models",  # vtb.models.build (the tiny base model is built in a sandbox)
     "sandbox/__init__.py",  # `python -m vtb.sandbox.egress`, the CLI agent's in-sandbox bridge ...

@@ -32,7 +32,8 @@ WORKSPACE_README = """# Workspace of the agent system (math)
   Put a trainer/train.py here to replace the trainer; it is run as
   `python trainer/train.py --config trainer/config.json --data data/train.jsonl --base /base --out <dir> --seed N`.
 - harness/harness.py  inference-time program speaking the JSON-lines protocol (vtb/protocol.py);
-  the model is at $VTB_MODEL_DIR.
+  the model is an OpenAI-compatible server at $OPENAI_BASE_URL
+  (key $OPENAI_API_KEY; vtb/serve/client.py or any OpenAI client); harness/ is capped at 1 MB (no weights).
 - /data/pool.jsonl (GSM8K schema train pool), /data/val.jsonl (validation split), /base (base model).
 - Data tools: python -m vtb.domains.math.kit.datatools {check,clean,from-pool,merge} --help
 """

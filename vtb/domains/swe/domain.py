@@ -32,7 +32,8 @@ WORKSPACE_README = """# Workspace of the agent system (swe: fix a bug in a small
 - trainer/config.json  settings of vtb.engine.sft (see the math README for the fields).
 - harness/harness.py  the agent: speaks the JSON-lines protocol (vtb/protocol.py). The start
   message carries the problem statement and the repository's files; it answers
-  {"type": "patch", "patch": "<unified diff>"}. Model at $VTB_MODEL_DIR.
+  {"type": "patch", "patch": "<unified diff>"}. The model: an OpenAI-compatible server
+  at $OPENAI_BASE_URL (key $OPENAI_API_KEY; vtb/serve/client.py or any OpenAI client).
 - /data/pool.jsonl  train instances in the SWE-bench schema (with patch, test_patch, FAIL_TO_PASS,
   PASS_TO_PASS, files, fix); /data/val.jsonl  val instance ids and bug templates only.
 - Data tools: python -m vtb.domains.swe.kit.datatools {from-pool,check,clean} --help

@@ -48,7 +48,8 @@ WORKSPACE_README = """# Workspace of the agent system (tau: retail customer serv
 - harness/harness.py  the agent: speaks the JSON-lines protocol (vtb/protocol.py); each message
   carries the conversation so far, start messages also the tool schemas and the policy. It answers
   with {"type": "tool_call", "name", "arguments"} or {"type": "message", "content"}.
-  The model is at $VTB_MODEL_DIR. Prompt format and parsing: vtb/domains/tau/kit/prompting.py.
+  The model: an OpenAI-compatible server at $OPENAI_BASE_URL (key $OPENAI_API_KEY;
+  vtb/serve/client.py or any OpenAI client; harness/ is capped at 1 MB). Prompt format and parsing: vtb/domains/tau/kit/prompting.py.
 - /data/pool.jsonl  train tasks (tau-bench Task schema, with gold actions); /data/db.json the retail
   database; /data/policy.md; /data/tools.json; /data/val.jsonl  val task ids and templates only;
   /data/demos.jsonl  expert demonstrations of every train task (clean and flawed, with rewards).

@@ -31,7 +31,8 @@ WORKSPACE_README = """# Workspace of the agent system (terminal: shell tasks, gr
 - harness/harness.py  the agent: speaks the JSON-lines protocol (vtb/protocol.py). Each message
   carries the instruction and the commands run so far ({"command", "output", "exit_code",
   "timed_out"}); it answers {"type": "shell", "command": "..."} or {"type": "answer"} when done.
-  Each episode has its own shell in a fresh sandbox, rooted at /app. Model at $VTB_MODEL_DIR.
+  Each episode has its own shell in a fresh sandbox, rooted at /app. The model: an OpenAI-compatible
+  server at $OPENAI_BASE_URL (key $OPENAI_API_KEY; vtb/serve/client.py or any OpenAI client).
 - /data/pool.jsonl  train tasks (instruction, files, solution, tests); /data/tasks/<id>/ the same
   as Terminal-Bench folders; /data/val.jsonl  val task ids and templates only.
 - Data tools: python -m vtb.domains.terminal.kit.datatools {from-pool,check,clean} --help

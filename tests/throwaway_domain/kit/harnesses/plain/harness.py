@@ -1,17 +1,16 @@
 """The model reverses the word (the tiny model cannot)."""
 
 import json
-import os
 from pathlib import Path
 
-from vtb.engine.select import open_engine
 from vtb.protocol import serve
+from vtb.serve.client import ModelClient
 
 CONFIG = json.loads((Path(__file__).parent / "config.json").read_text())
 
 
 def main() -> None:
-    engine = open_engine(os.environ["VTB_MODEL_DIR"])
+    engine = ModelClient.from_env()  # the model server, at $OPENAI_BASE_URL
 
     def policy(batch: list[dict]) -> list[dict]:
         prompts = [f"reverse : {' '.join(m['observation']['word'])} :" for m in batch]

@@ -11,13 +11,12 @@ with a model that writes nothing, it answers nothing.
 import ast
 import json
 import operator
-import os
 import re
 from collections import Counter
 from pathlib import Path
 
-from vtb.engine.select import open_engine
 from vtb.protocol import serve
+from vtb.serve.client import ModelClient
 
 CONFIG = json.loads((Path(__file__).parent / "config.json").read_text())
 OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
@@ -87,7 +86,7 @@ def solve(engine, prompts: list[str], temperature: float, seed: int) -> list[str
 
 
 def main() -> None:
-    engine = open_engine(os.environ["VTB_MODEL_DIR"])
+    engine = ModelClient.from_env()  # the model server, at $OPENAI_BASE_URL
 
     def policy(batch: list[dict]) -> list[dict]:
         prompts = [CONFIG["prompt"].format(question=m["observation"]["question"]) for m in batch]

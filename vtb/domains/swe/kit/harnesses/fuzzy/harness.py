@@ -6,18 +6,17 @@ one that changes nothing, is re-sampled up to `retries` times at `temperature`.
 """
 
 import json
-import os
 from pathlib import Path
 
 from vtb.domains.swe.kit import prompting
-from vtb.engine.select import open_engine
 from vtb.protocol import serve
+from vtb.serve.client import ModelClient
 
 CONFIG = json.loads((Path(__file__).parent / "config.json").read_text())
 
 
 def main() -> None:
-    engine = open_engine(os.environ["VTB_MODEL_DIR"])
+    engine = ModelClient.from_env()  # the model server, at $OPENAI_BASE_URL
 
     def policy(batch: list[dict]) -> list[dict]:
         asked = {i: found for i, m in enumerate(batch) if (found := prompting.task_prompt(m["observation"]))}

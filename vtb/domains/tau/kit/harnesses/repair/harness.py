@@ -16,13 +16,12 @@ harness sends nothing (the null-model check at grading verifies that).
 
 import difflib
 import json
-import os
 import re
 from pathlib import Path
 
 from vtb.domains.tau.kit import prompting
-from vtb.engine.select import open_engine
 from vtb.protocol import serve
+from vtb.serve.client import ModelClient
 
 CONFIG = json.loads((Path(__file__).parent / "config.json").read_text())
 SHAPES = {
@@ -188,7 +187,7 @@ def repair(text: str, messages: list[dict], spaced: bool) -> dict | None:
 
 
 def main() -> None:
-    engine = open_engine(os.environ["VTB_MODEL_DIR"])
+    engine = ModelClient.from_env()  # the model server, at $OPENAI_BASE_URL
 
     def policy(batch: list[dict]) -> list[dict]:
         for m in batch:

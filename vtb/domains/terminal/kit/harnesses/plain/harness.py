@@ -6,18 +6,17 @@ asks the model for a command, otherwise it ends the episode.
 """
 
 import json
-import os
 from pathlib import Path
 
 from vtb.domains.terminal.kit import prompting
-from vtb.engine.select import open_engine
 from vtb.protocol import serve
+from vtb.serve.client import ModelClient
 
 CONFIG = json.loads((Path(__file__).parent / "config.json").read_text())
 
 
 def main() -> None:
-    engine = open_engine(os.environ["VTB_MODEL_DIR"])
+    engine = ModelClient.from_env()  # the model server, at $OPENAI_BASE_URL
 
     def policy(batch: list[dict]) -> list[dict]:
         actions: list[dict | None] = [None] * len(batch)

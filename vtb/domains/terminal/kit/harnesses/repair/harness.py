@@ -10,12 +10,11 @@ never sees the outputs: the harness reads them (it only uses the exit codes).
 """
 
 import json
-import os
 from pathlib import Path
 
 from vtb.domains.terminal.kit import prompting
-from vtb.engine.select import open_engine
 from vtb.protocol import serve
+from vtb.serve.client import ModelClient
 
 CONFIG = json.loads((Path(__file__).parent / "config.json").read_text())
 
@@ -25,7 +24,7 @@ def failed(step: dict) -> bool:
 
 
 def main() -> None:
-    engine = open_engine(os.environ["VTB_MODEL_DIR"])
+    engine = ModelClient.from_env()  # the model server, at $OPENAI_BASE_URL
 
     def policy(batch: list[dict]) -> list[dict]:
         actions: list[dict | None] = [None] * len(batch)

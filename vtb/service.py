@@ -1,0 +1,145 @@
+"""The orchestrator's side of the model service: one model server per checkpoint, in its own sandbox.
+
+A play step starts a `ModelService` for the checkpoint its harness plays with (or for the null
+model, or the base model, in grading's checks), hands the harness sandbox `harness_mounts()` and
+`harness_env()`, and closes it when the play is over. The server (vtb/serve/server.py) runs with
+no network, the checkpoint read-only at /model and a fresh socket folder; the harness sandbox
+gets only that socket folder and never the weights. What the step used is the server's meter:
+its sandbox's usage file, written by the project's engine (no agent code runs there), plus its
+metered CPU and GPU seconds. Every mode looks the same from the harness's side: the same mount
+point, URL and key format, a fresh random host folder and key each time.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import secrets
+import shutil
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vtb.ledger import Charge
+from vtb.sandbox import runtime_mounts
+from vtb.sandbox.base import Limits, Mount, Sandbox, SandboxProcess, SandboxResult
+from vtb.sandbox.output import StreamStats, bounded_lines
+from vtb.serve.bridge import PORT, model_env
+
+SOCKET_DIR = "/run/vtb-model"  # where both sandboxes see the socket folder
+SOCKET = f"{SOCKET_DIR}/api.sock"
+START_TIMEOUT_S = 300.0  # python + torch + the checkpoint (vLLM on a GPU takes longest)
+
+
+class ServiceError(RuntimeError):
+    """The model server did not come up (its stderr says why)."""
+
+
+@dataclass
+class ModelService:
+    """A model server for `model_dir`; use as a context manager (or call `start` and `close`)."""
+
+    sandbox: Sandbox
+    model_dir: Path
+    limits: Limits  # the step's: its FLOPs limit is enforced by the server (HTTP 429 past it)
+    env: dict[str, str] = field(default_factory=dict)  # e.g. the engine selection (vtb.engine.select)
+    request_limits: dict = field(default_factory=dict)  # vtb.serve.api.Limits fields
+    exhausted: bool = False  # the server refused a request for the budget
+    engine: str = ""  # the engine that served, as the server's usage file says
+    charge: Charge = field(default_factory=Charge)
+    result: SandboxResult | None = None
+    _proc: SandboxProcess | None = None
+    _dir: Path | None = None
+    _key: str = ""
+
+    def start(self) -> ModelService:
+        self._dir = Path(tempfile.mkdtemp(prefix="vtb-model-"))
+        self._key = secrets.token_urlsafe(32)
+        argv = [sys.executable, "-m", "vtb.serve.server", "--model", "/model", "--socket", SOCKET]
+        argv += ["--limits", json.dumps(self.request_limits)]
+        mounts = runtime_mounts() + [
+            Mount(self.model_dir, "/model"),
+            Mount(self._dir, SOCKET_DIR, writable=True),
+        ]
+        env = {**self.env, "VTB_SERVE_KEY": self._key}
+        self._proc = self.sandbox.start(argv, mounts=mounts, limits=self.limits, cwd="/", env=env)
+        ready: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read_events, args=(ready,), daemon=True).start()
+        try:
+            event = ready.get(timeout=START_TIMEOUT_S)
+        except queue.Empty:
+            event = "timeout"
+        if event != "ready":
+            result = self.close()
+            raise ServiceError(
+                f"the model server for {self.model_dir.name} did not start ({event}; killed: {result.killed}); "
+                f"its stderr ends: {result.stderr[-1500:]}"
+            )
+        return self
+
+    def _read_events(self, ready: queue.Queue) -> None:
+        """The server's stdout: one JSON event per line (ready, budget); anything else is ignored."""
+        for line in bounded_lines(self._proc.stdout, StreamStats()):
+            try:
+                event = json.loads(line).get("event")
+            except (ValueError, AttributeError):
+                continue
+            if event == "ready":
+                ready.put("ready")
+            elif event == "budget":
+                self.exhausted = True
+        ready.put("the server exited")
+
+    def harness_mounts(self) -> list[Mount]:
+        return [Mount(self._dir, SOCKET_DIR)]
+
+    def harness_env(self) -> dict[str, str]:
+        return model_env(self._key)
+
+    def harness_argv(self, argv: list[str]) -> list[str]:
+        """`argv` started through the bridge that relays the sandbox's loopback to the server."""
+        return [
+            sys.executable,
+            "-m",
+            "vtb.serve.bridge",
+            "--socket",
+            SOCKET,
+            "--port",
+            str(PORT),
+            "--",
+            *argv,
+        ]
+
+    def close(self) -> SandboxResult:
+        """Stop the server (its stdin closed is its signal) and book what it used."""
+        if self.result is not None:
+            return self.result
+        proc = self._proc
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+        self.result = proc.wait(timeout=30)  # one that will not stop is killed; its meter still counts
+        usage = self.result.usage if isinstance(self.result.usage, dict) else {}
+        self.engine = str(usage.get("engine", ""))[:100]
+        fallback = usage.get("engine_fallback")
+        if fallback:
+            self.engine += f" (fallback from {str(fallback)[:100]})"
+        self.charge = Charge.of(
+            flops=usage.get("flops", 0.0),
+            cpu_seconds=self.result.cpu_seconds,
+            gpu_seconds=self.result.gpu_seconds,
+            wall_seconds=self.result.wall_seconds,
+        )
+        if self.result.killed == "flops":
+            self.exhausted = True
+        shutil.rmtree(self._dir, ignore_errors=True)
+        return self.result
+
+    def __enter__(self) -> ModelService:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
