@@ -1,0 +1,198 @@
+"""The model service in sandboxes, attacked from the harness's side (both backends).
+
+A harness gets an endpoint and a key, never weights: these harnesses try to find the weights,
+see the server's process, talk to it without the key, spend past the step's FLOPs and forge
+their own usage, and one probes everything it can to tell the null and base-model swaps from a
+normal play. An off-the-shelf OpenAI client works unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from conftest import BACKENDS, sandbox_backend
+
+from vtb import runner
+from vtb.blind import null_model
+from vtb.engine.infer import Engine
+from vtb.sandbox.base import Limits
+from vtb.service import ModelService
+
+LIMITS = Limits(wall_seconds=120, cpu_seconds=120)
+QUESTION = "Question: Tom has 5 apples and eats 2. How many?\nAnswer:"
+
+ATTACK = r"""
+import json, os, socket, sys, urllib.request, urllib.error
+from vtb.protocol import serve
+
+def weights(size):
+    # every file of exactly the served weight file's size, anywhere this sandbox can look
+    hits = []
+    for top in os.listdir("/"):
+        if top in ("proc", "sys", "dev"):
+            continue
+        for root, dirs, files in os.walk("/" + top):
+            for f in files:
+                try:
+                    if os.lstat(os.path.join(root, f)).st_size == size:
+                        hits.append(os.path.join(root, f))
+                except OSError:
+                    pass
+    return hits
+
+def server_processes():
+    seen = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if "vtb.serve.server" in cmd or "--model" in cmd:
+                seen.append(cmd)
+    return seen
+
+def status(path, body, key):
+    base = os.environ["OPENAI_BASE_URL"]
+    headers = {"Content-Type": "application/json", **({"Authorization": "Bearer " + key} if key is not None else {})}
+    req = urllib.request.Request(base + path, data=json.dumps(body).encode(), headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+def raw_socket_without_key():
+    s = socket.socket(socket.AF_UNIX)
+    s.connect("/run/vtb-model/api.sock")
+    s.sendall(b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 13\r\n\r\n{"prompt":"x"}')
+    return s.recv(100).split(b"\r\n")[0].decode()
+
+def policy(batch):
+    open(os.environ["VTB_USAGE_FILE"], "w").write(json.dumps({"flops": 1.0, "engine": "forged"}))
+    key = os.environ["OPENAI_API_KEY"]
+    found = {
+        "weights": weights(batch[0]["observation"]["size"]),
+        "model_dir": os.path.exists("/model"),
+        "server_processes": server_processes(),
+        "no_key": status("/completions", {"prompt": "x"}, None),
+        "wrong_key": status("/completions", {"prompt": "x"}, key + "x"),
+        "raw_socket": raw_socket_without_key(),
+        "with_key": status("/completions", {"prompt": "x", "max_tokens": 1}, key),
+        "over_budget": [status("/completions", {"prompt": ["Tom has"] * 8, "max_tokens": 64}, key) for _ in range(3)],
+    }
+    return [{"type": "answer", "content": json.dumps(found)} for _ in batch]
+
+serve(policy)
+"""
+
+PROBE = r"""
+import json, os, urllib.request
+from vtb.protocol import serve
+
+def get(path, body=None, root=False):
+    base = os.environ["OPENAI_BASE_URL"].removesuffix("/v1") if root else os.environ["OPENAI_BASE_URL"]
+    req = urllib.request.Request(base + path, data=None if body is None else json.dumps(body).encode(),
+                                 headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.loads(r.read())
+
+def policy(batch):
+    st = os.stat("/run/vtb-model/api.sock")
+    seen = {
+        "env": {k: (len(v) if "KEY" in k else v) for k, v in sorted(os.environ.items())},
+        "mounts": open("/proc/self/mountinfo").read(),
+        "socket_dir": sorted(os.listdir("/run/vtb-model")),
+        "socket": [st.st_mode, st.st_size, st.st_uid],
+        "models": get("/models"),
+        "tokenize": get("/tokenize", {"prompt": "Tom has 5 apples"}, root=True),
+        "files": sorted(os.listdir("/")),
+    }
+    return [{"type": "answer", "content": json.dumps(seen)} for _ in batch]
+
+serve(policy)
+"""
+
+OPENAI_CLIENT = r"""
+import json
+from openai import OpenAI
+from vtb.protocol import serve
+
+client = OpenAI()  # OPENAI_BASE_URL and OPENAI_API_KEY from the environment
+
+def policy(batch):
+    ids = [m.id for m in client.models.list().data]
+    out = client.completions.create(model=ids[0], prompt=[m["observation"]["q"] for m in batch], max_tokens=16, temperature=0)
+    texts = [c.text for c in sorted(out.choices, key=lambda c: c.index)]
+    return [{"type": "answer", "content": json.dumps({"text": t, "models": ids, "tokens": out.usage.total_tokens})} for t in texts]
+
+serve(policy)
+"""
+
+
+def _play(tmp_path, backend, code, model_dir, limits=LIMITS, n=1, observation=None):
+    harness = tmp_path / f"harness-{len(list(tmp_path.iterdir()))}"
+    harness.mkdir()
+    (harness / "harness.py").write_text(code)
+    sandbox = sandbox_backend(backend)
+    episodes = [
+        {"type": "start", "episode": f"e{i}", "domain": "math", "observation": observation or {}}
+        for i in range(n)
+    ]
+    with ModelService(sandbox, model_dir, limits) as service:
+        out = runner.play(
+            sandbox, harness, service, episodes, limits=LIMITS, round_timeout_s=90, per_episode_timeout_s=1
+        )
+    return out, service
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_harness_reaches_the_model_only_through_the_api_with_its_key(tmp_path, backend, toy_model_dir):
+    n_params = Engine(toy_model_dir, threads=1).n_params
+    budget = Limits(wall_seconds=120, cpu_seconds=120, max_flops=2.0 * n_params * 400)  # ~400 tokens
+    size = (toy_model_dir / "model.safetensors").stat().st_size
+    out, service = _play(tmp_path, backend, ATTACK, toy_model_dir, limits=budget, observation={"size": size})
+    found = json.loads(out.actions["e0"]["content"])
+    assert found["weights"] == [] and found["model_dir"] is False  # no weights anywhere it can look
+    assert found["server_processes"] == []  # the server's process is in another sandbox
+    assert found["no_key"] == found["wrong_key"] == 401 and found["raw_socket"].endswith("401 Unauthorized")
+    assert found["with_key"] == 200
+    assert 429 in found["over_budget"]  # the server refuses past the step's FLOPs
+    assert service.exhausted
+    # The charge is the server's meter: the forged usage file of the harness is not read.
+    assert 0 < service.charge.flops <= 2.0 * n_params * 400
+    assert out.charge.flops == 0 and service.engine == "transformers"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_null_and_base_model_swaps_look_the_same_from_inside(tmp_path, backend, toy_model_dir):
+    """Everything the harness can see but the model's answers is the same whichever weights serve it."""
+    null = null_model(toy_model_dir, tmp_path / "cache", b"k" * 32)
+    seen = []
+    for weights in (toy_model_dir, null, toy_model_dir):
+        out, _ = _play(tmp_path, backend, PROBE, weights)
+        probe = json.loads(out.actions["e0"]["content"])
+        # Random in every play, whatever the mode: the socket folder's host name (mount table).
+        probe["mounts"] = re.sub(r"vtb-model-\w+", "vtb-model-X", probe["mounts"])
+        probe["mounts"] = re.sub(
+            r"/var/lib/docker/overlay2/[^,\s]+", "LAYER", probe["mounts"]
+        )  # docker: per container
+        probe["mounts"] = sorted(
+            line.split(" ", 4)[4] for line in probe["mounts"].splitlines()
+        )  # no mount ids
+        seen.append(probe)
+    assert "OPENAI_BASE_URL" in seen[0]["env"] and seen[0]["socket_dir"] == ["api.sock"]
+    assert not any("/model" == line.split()[0] for line in seen[0]["mounts"])
+    assert seen[0] == seen[1] == seen[2]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_off_the_shelf_openai_client_works(tmp_path, backend, toy_model_dir):
+    out, service = _play(tmp_path, backend, OPENAI_CLIENT, toy_model_dir, n=2, observation={"q": QUESTION})
+    assert out.crashes == 0, out.stderr_tail
+    got = [json.loads(out.actions[e]["content"]) for e in ("e0", "e1")]
+    assert got[0]["text"] == Engine(toy_model_dir, threads=1).generate([QUESTION], max_new_tokens=16)[0]
+    assert got[0]["models"] == ["vtb-model"] and got[0]["tokens"] > 0
+    assert service.charge.flops > 0
