@@ -1,113 +1,187 @@
-"""Performance figures of a bench run (a benchmark script, not a test).
+"""Performance of the default bench, old design vs this checkout, on this machine in one run.
 
-Prints: wall time per step, the share of the run's wall time spent outside sandboxed compute
-(target: under 10%), and validation episodes per second with batched vs one-at-a-time
-generation through the real harness protocol (target: batched at least 4x faster, tiny model).
+An old commit (default: the last one before the model service, issue 17) is checked out into a
+temporary git worktree with a hard-linked copy of this virtual environment pointing at it; the
+default bench then runs there and here, one after the other, each on a fresh cache. Printed
+side by side: the command's total wall time, the scores and FLOPs, the play steps' wall time,
+and validation episodes per second with concurrent episodes (one round of all) vs one at a time
+(raw wall time of the play, harness start included; the model server, shared by a step's plays,
+is up already).
 
-  python scripts/bench_pipeline.py                       # runs the default bench first (fresh cache)
-  python scripts/bench_pipeline.py --record runs/<id>    # figures of an existing run record
-  python scripts/bench_pipeline.py -- agent=noop seed=1  # Hydra overrides for the bench it runs
+  python scripts/bench_pipeline.py                    # old = bc92aef, new = this checkout
+  python scripts/bench_pipeline.py --old <commit>     # any other old commit
+  python scripts/bench_pipeline.py --new-only         # only this checkout's figures
+  python scripts/bench_pipeline.py -- task=tau        # Hydra overrides for both benches
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+OLD = "bc92aef"  # the commit before the model service
+FINDER = "__editable___vibetraining_bench_0_1_0_finder.py"
 
 
-def run_default(overrides: list[str]) -> Path:
+def old_tree(commit: str, scratch: Path) -> tuple[Path, Path]:
+    """(worktree, python) of `commit`: a git worktree and this venv hard-linked, its editable finder re-pointed."""
+    tree, venv = scratch / "old", scratch / "old-venv"
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "-f", "--detach", str(tree), commit], check=True
+    )
+    subprocess.run(["cp", "-al", str(ROOT / ".venv"), str(venv)], check=True)
+    for finder in venv.glob(f"lib/python*/site-packages/{FINDER}"):
+        text = finder.read_text().replace(str(ROOT), str(tree))
+        finder.unlink()  # a hard link: write a new file, never through the shared inode
+        finder.write_text(text)
+    return tree, venv / "bin" / "python"
 
-    from flows.bench import run_bench
-    from vtb.compose import compose_config
 
-    cfg = compose_config(overrides)
-    return Path(run_bench(cfg)["record"])
-
-
-def step_table(record: Path) -> None:
+def run_bench(tree: Path, python: Path, overrides: list[str], scratch: Path, name: str) -> dict:
+    """The default bench as a user runs it (`python -m flows.bench`), timed; its record's figures."""
+    cache, runs = scratch / f"{name}-cache", scratch / f"{name}-runs"
+    argv = [str(python), "-m", "flows.bench", f"cache_dir={cache}", f"runs_dir={runs}", *overrides]
+    start = time.monotonic()
+    with open(scratch / f"{name}.log", "w") as log:
+        subprocess.run(argv, cwd=tree, stdout=log, stderr=subprocess.STDOUT, check=True)
+    wall = time.monotonic() - start
+    record = next(runs.iterdir())
+    result = json.loads((record / "result.json").read_text())
     timings = json.loads((record / "timings.json").read_text())
-    groups: dict[str, list[dict]] = defaultdict(list)
-    for t in timings["steps"]:
-        groups[t["step"] + (f":{t['split']}" if t["split"] else "")].append(t)
-    print(f"{'step':<16}{'calls':>6}{'cached':>8}{'wall s':>10}{'in sandbox s':>14}")
-    for name, rows in groups.items():
-        wall = sum(r["wall_seconds"] for r in rows)
-        inside = sum(r["sandbox_wall_seconds"] for r in rows)
-        print(f"{name:<16}{len(rows):>6}{sum(r['cached'] for r in rows):>8}{wall:>10.1f}{inside:>14.1f}")
-    print(
-        f"\nrun wall time {timings['wall_seconds']:.1f} s, sandboxed compute {timings['sandbox_wall_seconds']:.1f} s"
-    )
-    print(
-        f"share of wall time outside sandboxed compute: {100 * timings['outside_share']:.1f}% (target < 10%)"
-    )
+    plays = [s for s in timings["steps"] if s["step"] == "play" and not s["cached"]]
+    return {
+        "record": record,
+        "wall": wall,
+        "initial": result["initial"]["test_score"],
+        "submitted": result["submitted"]["test_score"],
+        "reference": (result.get("reference") or {}).get("test_score"),
+        "flops": result["budget"]["flops"],
+        "plays": len(plays),
+        "play_wall": sum(s["wall_seconds"] for s in plays) / max(1, len(plays)),
+    }
 
 
-def episodes_per_second(record: Path, n: int) -> None:
+def old_rates(tree: Path, python: Path, record: Path, n: int) -> dict:
+    """The old commit's own benchmark of batched vs one-at-a-time play (raw wall seconds it printed)."""
+    out = subprocess.run(
+        [str(python), "scripts/bench_pipeline.py", "--record", str(record), "--episodes", str(n)],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    took = dict(re.findall(r"^(batched|one at a time)\s+\d+ episodes in ([\d.]+) s wall", out, re.M))
+    return {"concurrent": float(took["batched"]), "one at a time": float(took["one at a time"])}
+
+
+def new_rates(record: Path, n: int) -> dict:
+    """Raw wall seconds of playing n val episodes as one round vs one per round, behind one model server."""
+    sys.path.insert(0, str(ROOT))
     from vtb import runner
-    from vtb.compose import task_config
     from vtb.domains.registry import get_domain
     from vtb.sandbox import make_sandbox
     from vtb.sandbox.base import Limits
+    from vtb.service import ModelService
 
     cfg = json.loads((record / "config.json").read_text())
     manifest = json.loads((record / "manifest.json").read_text())
-    task = task_config(**cfg["task"])
-    domain = get_domain(task.name)
+    domain = get_domain(cfg["task"]["name"])
     items = domain.split(Path(manifest["data"]["data_dir"]), "val")[:n]
     messages = [domain.start_message(i) for i in items]
     sandbox = make_sandbox(cfg["sandbox"]["backend"], threads=cfg["sandbox"]["threads"])
     limits = Limits(wall_seconds=1800, cpu_seconds=3600)
     sub = record / "submission"
+    out = {}
+    with ModelService(sandbox, sub / "model", limits) as service:
+        for label, chunk in (("concurrent", len(messages)), ("one at a time", 1)):
+            start = time.monotonic()
+            runner.play(
+                sandbox,
+                sub / "harness",
+                service,
+                messages,
+                limits=limits,
+                round_timeout_s=600,
+                per_episode_timeout_s=5,
+                chunk=chunk,
+            )
+            out[label] = time.monotonic() - start
+    return out
 
-    def play(msgs: list[dict], chunk: int) -> tuple[int, float]:
-        start = time.monotonic()
-        out = runner.play(
-            sandbox,
-            sub / "harness",
-            sub / "model",
-            msgs,
-            limits=limits,
-            round_timeout_s=600,
-            per_episode_timeout_s=5,
-            chunk=chunk,
-        )
-        return len(out.actions), time.monotonic() - start
 
-    # One harness process serves all rounds; its start (python, torch, model load) is paid once.
-    _, startup = play(messages[:1], 1)
-    print(f"harness start + 1 episode: {startup:.1f} s (subtracted below to get generation rates)")
-    rates = {}
-    for label, chunk in (("batched", len(messages)), ("one at a time", 1)):
-        done, took = play(messages, chunk)
-        rates[label] = done / max(1e-9, took - startup)
-        print(
-            f"{label:<14} {done} episodes in {took:.1f} s wall; {rates[label]:.2f} episodes/s of generation"
+def table(rows: dict[str, dict], rates: dict[str, dict], n: int) -> str:
+    names = list(rows)
+    lines = [f"{'':<34}" + "".join(f"{name:>16}" for name in names)]
+
+    def row(label: str, values: list, fmt: str) -> None:
+        lines.append(
+            f"{label:<34}" + "".join(f"{format(v, fmt) if v is not None else '-':>16}" for v in values)
         )
-    print(f"batched speed-up: {rates['batched'] / rates['one at a time']:.1f}x (target >= 4x)")
+
+    row("default run, total wall s", [rows[k]["wall"] for k in names], ".1f")
+    row("test: initial", [rows[k]["initial"] for k in names], ".3f")
+    row("test: submitted", [rows[k]["submitted"] for k in names], ".3f")
+    row("test: reference", [rows[k]["reference"] for k in names], ".3f")
+    row("budget used (FLOPs)", [rows[k]["flops"] for k in names], ".4g")
+    row("play steps run", [rows[k]["plays"] for k in names], "d")
+    row("play wall s per step (mean)", [rows[k]["play_wall"] for k in names], ".2f")
+    for label in ("concurrent", "one at a time"):
+        row(f"{n} val episodes, {label}: ep/s", [n / rates[k][label] for k in names], ".2f")
+    row(
+        "concurrent / one at a time",
+        [rates[k]["one at a time"] / rates[k]["concurrent"] for k in names],
+        ".1f",
+    )
+    if len(names) == 2:
+        old, new = (rows[k]["wall"] for k in names)
+        lines.append(f"\ntotal wall time: {100 * (1 - new / old):.0f}% lower than {names[0]} (target >= 25%)")
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--record", type=Path, help="an existing run record (runs/<run-id>)")
-    parser.add_argument("--episodes", type=int, default=64, help="val episodes for the generation figure")
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides for the bench run")
+    parser.add_argument("--old", default=OLD, help="the commit of the old design")
+    parser.add_argument("--new-only", action="store_true")
+    parser.add_argument("--episodes", type=int, default=64, help="val episodes for the episodes/s figure")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch folder (records, logs)")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides for both benches")
     args = parser.parse_args()
-    if args.record is None:  # a fresh cache, so every step really runs and its time is measured
-        args.overrides = [f"cache_dir={tempfile.mkdtemp(prefix='vtb-bench-cache-')}", *args.overrides]
-    record = args.record or run_default(args.overrides)
-    print(f"\n== {record}\n")
-    step_table(record)
-    print()
-    episodes_per_second(record, args.episodes)
+    scratch = Path(tempfile.mkdtemp(prefix="vtb-bench-pipeline-"))
+    rows, rates = {}, {}
+    try:
+        if not args.new_only:
+            tree, python = old_tree(args.old, scratch)
+            print(f"[bench] the old design ({args.old}) ...", flush=True)
+            rows[f"old {args.old}"] = run_bench(tree, python, args.overrides, scratch, "old")
+            rates[f"old {args.old}"] = old_rates(
+                tree, python, rows[f"old {args.old}"]["record"], args.episodes
+            )
+        head = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        print(f"[bench] this checkout ({head}) ...", flush=True)
+        rows[f"new {head}"] = run_bench(ROOT, Path(sys.executable), args.overrides, scratch, "new")
+        rates[f"new {head}"] = new_rates(rows[f"new {head}"]["record"], args.episodes)
+        print(table(rows, rates, args.episodes))
+    finally:
+        if not args.new_only:
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(scratch / "old")], check=False
+            )
+        if args.keep:
+            print(f"records and logs: {scratch}")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ Offline, like every run: the math miniature and the tiny base model are made her
   1. ZeRO-2 SFT (bf16, 1 rank) of the initial system's data, launched by the deepspeed launcher
      in the bwrap research sandbox with the GPU passed through; GPU-seconds metered by NVML.
   2. The val split graded with the initial harness on engine=vllm and on engine=transformers,
-     each in a sandbox with the GPU (same checkpoint, same harness): scores, GPU-seconds, wall.
+     each served by a model server in a sandbox with the GPU (same checkpoint, same harness):
+     scores, GPU-seconds, wall.
   3. Throughput: the same prompts through both engines in this process, generated tokens/s.
 Prints a table and writes it, with the raw figures, to --out/gpu_smoke.json.
 """
@@ -66,6 +67,7 @@ def main() -> int:
     from vtb.domains.registry import get_domain
     from vtb.engine.select import engine_env
     from vtb.sandbox.base import Limits
+    from vtb.service import ModelService
 
     gpu = None if args.cpu else args.gpu
     figures["versions"] = {
@@ -130,16 +132,20 @@ def main() -> int:
     figures["grade"] = {}
     for name in ("vllm", "transformers"):
         episodes = domain.episodes(data_dir, "val", task, sandbox=sandbox)
-        out = runner.play(
-            sandbox,
-            store / sid / "harness",
-            checkpoint,
-            episodes,
-            limits=limits,
-            round_timeout_s=300,
-            per_episode_timeout_s=1.0,
-            env=engine_env(name, {}, fallback=args.cpu),
-        )
+        # The model server (vtb/serve) holds the GPU and the checkpoint; the harness only its socket.
+        with ModelService(
+            sandbox, checkpoint, limits, env=engine_env(name, {}, fallback=args.cpu)
+        ) as service:
+            out = runner.play(
+                sandbox,
+                store / sid / "harness",
+                service,
+                episodes,
+                limits=replace(limits, max_flops=None),
+                round_timeout_s=300,
+                per_episode_timeout_s=1.0,
+            )
+        out.charge, out.engine = out.charge + service.charge, service.engine
         score = sum(ep.reward() for ep in episodes) / len(episodes)
         figures["grade"][name] = {
             "engine_ran": out.engine,

@@ -116,7 +116,8 @@ for line in sys.stdin:
         batch = []
     elif kind == "close":
         break
-seen = {"env": sorted(os.environ.items()), "ids": ids, "model": model_listing(), "mount": mount_of_model(),
+# The per-play API key is random in every play, whatever the mode (no play can see another's).
+seen = {"env": sorted((k, len(v) if "KEY" in k else v) for k, v in os.environ.items()), "ids": ids, "model": model_listing(), "mount": mount_of_model(),
         "cwd": sorted(os.listdir("."))}
 print("FINGERPRINT " + hashlib.sha256(json.dumps(seen).encode()).hexdigest(), file=sys.stderr)
 print("IDS " + json.dumps(ids[:8]), file=sys.stderr)
@@ -145,7 +146,15 @@ def _bench(tmp_path: Path, backend: str, harness_code: str):
     from vtb.bench import Bench, plain_steps
 
     sandbox_backend(backend)  # skips where the backend is missing
-    cfg = small_config(tmp_path, "noop", 0, "null_model_check=true", f"sandbox={backend}", "task.n_test=40")
+    cfg = small_config(
+        tmp_path,
+        "noop",
+        0,
+        "null_model_check=true",
+        "base_model_check=false",
+        f"sandbox={backend}",
+        "task.n_test=40",
+    )
     cfg = replace(cfg, budget=replace(cfg.budget, flops_per_cpu_second=1e9))  # no per-test calibration
     plays: list = []
     steps = plain_steps()

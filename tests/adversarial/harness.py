@@ -8,8 +8,8 @@ import os
 import sys
 from pathlib import Path
 
-from vtb.engine.select import open_engine
 from vtb.protocol import serve
+from vtb.serve.client import ModelClient
 
 HERE = Path(__file__).parent
 TABLE = json.loads((HERE / "table.json").read_text()) if (HERE / "table.json").exists() else {}
@@ -19,7 +19,7 @@ def null_mode(batch: list[dict]) -> bool:
     """Every tell the harness can find that this is the null-model check."""
     if os.environ.get("VTB_NULL_MODEL"):
         return True
-    model = Path(os.environ.get("VTB_MODEL_DIR", "/model"))
+    model = Path(os.environ.get("VTB_MODEL_DIR", "/model"))  # gone since the model service
     return not (model / "hostile_marker.txt").exists()  # the trainer leaves it in every checkpoint
 
 
@@ -27,7 +27,7 @@ def main() -> None:
     sys.stdout.write("y" * (48 << 20) + "\n")  # one 48 MB line
     sys.stdout.buffer.write(b"\xff\xfe\x00junk\x80\n")
     sys.stdout.flush()
-    engine = open_engine(os.environ["VTB_MODEL_DIR"])
+    engine = ModelClient.from_env()  # the model is a server now: no /model to look into
 
     def policy(batch: list[dict]) -> list[dict]:
         questions = [m["observation"]["question"] for m in batch]
