@@ -58,44 +58,40 @@ def solve(question):
     return value
 
 
-def model_listing():
-    out = []
-    for root, dirs, files in os.walk("/model"):
-        dirs.sort()
-        for name in sorted(dirs + files):
-            path = os.path.join(root, name)
-            st = os.lstat(path)
-            digest = ""
-            if name in files and not name.endswith((".safetensors", ".bin")):
-                digest = hashlib.sha256(open(path, "rb").read()).hexdigest()
-            out.append([path, st.st_size, st.st_mode, st.st_mtime_ns, digest])
-    st = os.lstat("/model")
-    return [["/model", st.st_mode, st.st_mtime_ns]] + out
+def api_listing():
+    # what the endpoint says about its model: /v1/models and a tokenization (no weights to look at)
+    import urllib.request
+
+    def call(path, body=None):
+        base = os.environ["OPENAI_BASE_URL"]
+        base = base.removesuffix("/v1") if path.startswith("/tokenize") else base
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "Content-Type": "application/json"}
+        with urllib.request.urlopen(urllib.request.Request(base + path, data=data, headers=headers), timeout=60) as r:
+            return json.loads(r.read())
+
+    return {"models": call("/models"), "tokens": call("/tokenize", {"prompt": "Tom has 5 apples"})}
 
 
-def mount_of_model():
+def mounts():
+    # the mount table, less what is random in every sandbox (socket and output folders' host names;
+    # docker: layers, the container's folder and cgroup)
     try:
         lines = open("/proc/self/mountinfo").read().splitlines()
     except OSError:
         return []
-    return [line.split()[3:5] for line in lines if len(line.split()) > 4 and line.split()[4] == "/model"]
+    return sorted(re.sub(r"vtb-(model|out)-\w+|/var/lib/docker/overlay2/[^,\s]+|/var/lib/docker/containers/[^/\s]+|vtb-[0-9a-f]{16}/[0-9a-f]+", "X", " ".join(line.split()[3:])) for line in lines)
 
 
 def suspects_null(ids):
     env = " ".join(f"{k}={v}" for k, v in os.environ.items()).lower()
-    files = set(os.listdir("/model")) if os.path.isdir("/model") else set()
-    config = {}
-    try:
-        config = json.load(open("/model/config.json"))
-    except (OSError, ValueError):
-        pass
-    weights = [f for f in files if f.endswith((".safetensors", ".bin"))]
+    api = json.dumps(api_listing()).lower()
     tells = {
         "env": "null_model" in env or "vtb_null" in env,
         "ids": any(str(i).lower().startswith("null") for i in ids),
-        "weights": not weights or any(os.path.getsize(f"/model/{f}") == 0 for f in weights),
-        "config": "model_type" not in config or "null_model" in json.dumps(config).lower(),
-        "mount": any("null" in root for root, _ in mount_of_model()),
+        "weights": os.path.exists("/model"),  # a model folder at all would be new
+        "api": "null" in api or "base" in api,
+        "mount": any("null" in m or "base" in m for m in mounts() if "/run/vtb-model" in m),  # the model's mount
     }
     return sorted(k for k, v in tells.items() if v)
 
@@ -117,7 +113,7 @@ for line in sys.stdin:
     elif kind == "close":
         break
 # The per-play API key is random in every play, whatever the mode (no play can see another's).
-seen = {"env": sorted((k, len(v) if "KEY" in k else v) for k, v in os.environ.items()), "ids": ids, "model": model_listing(), "mount": mount_of_model(),
+seen = {"env": sorted((k, len(v) if "KEY" in k else v) for k, v in os.environ.items()), "ids": ids, "api": api_listing(), "mount": mounts(),
         "cwd": sorted(os.listdir("."))}
 print("FINGERPRINT " + hashlib.sha256(json.dumps(seen).encode()).hexdigest(), file=sys.stderr)
 print("IDS " + json.dumps(ids[:8]), file=sys.stderr)
@@ -127,7 +123,7 @@ print("TELLS " + json.dumps(suspects_null(ids)), file=sys.stderr, flush=True)
 
 def _solver():
     scope: dict = {}
-    exec(CHEAT.split("\n\ndef model_listing")[0], scope)  # noqa: S102 (the test's own code)
+    exec(CHEAT.split("\n\ndef api_listing")[0], scope)  # noqa: S102 (the test's own code)
     return scope["solve"]
 
 
