@@ -152,8 +152,7 @@ class Engine:
         temperature) is kept, with that many most likely alternatives.
         """
         if not prompts or max_new_tokens <= 0:
-            usage.charge(0.0)
-            self.last_usage = {"prompt_tokens": 0, "generated_tokens": 0, "flops": 0.0}
+            charge_call(self, 0, 0)
             return [Completion("", 0, 0, "length") for _ in prompts]
         stop = stop_list(stop)
         texts = [p if isinstance(p, str) else " ".join(map(str, p)) for p in prompts]  # seeds key on these
@@ -177,10 +176,7 @@ class Engine:
                     done[s.index] = s
         prompt_tokens = sum(s.prompt_len for s in done)
         generated = sum(len(s.tokens) for s in done)
-        tokens = prompt_tokens + generated
-        flops = usage.infer_flops(self._n_params, tokens)
-        usage.charge(flops, infer_tokens=tokens)
-        self.last_usage = {"prompt_tokens": prompt_tokens, "generated_tokens": generated, "flops": flops}
+        charge_call(self, prompt_tokens, generated)
         return [self._completion(s, logprobs) for s in done]
 
     def _completion(self, seq: _Seq, logprobs: int | None) -> Completion:
@@ -277,6 +273,14 @@ def _keep_logprobs(logits: torch.Tensor, picked: list[int], seqs: list[_Seq], to
             seq.top.append(list(zip(ids, map(float, vals), strict=True)))
         else:
             seq.top.append([])
+
+
+def charge_call(engine, prompt_tokens: int, generated: int) -> None:
+    """Charge one generate call (2·params per token processed) and keep its figures on the engine."""
+    tokens = prompt_tokens + generated
+    flops = usage.infer_flops(engine.n_params, tokens)
+    usage.charge(flops, infer_tokens=tokens)
+    engine.last_usage = {"prompt_tokens": prompt_tokens, "generated_tokens": generated, "flops": flops}
 
 
 def check_budget(n_params: int, encoded: list[list[int]], max_new_tokens: int) -> None:

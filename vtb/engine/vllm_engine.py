@@ -15,8 +15,15 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from vtb.engine import usage
-from vtb.engine.infer import Completion, check_budget, cut_at_stop, decodes_spaced, encode_prompts, stop_list
+from vtb.engine.infer import (
+    Completion,
+    charge_call,
+    check_budget,
+    cut_at_stop,
+    decodes_spaced,
+    encode_prompts,
+    stop_list,
+)
 from vtb.engine.sampling import sequence_seeds
 from vtb.models.meta import n_params_of
 
@@ -130,8 +137,7 @@ class VLLMEngine:
     ) -> list[Completion]:
         """As `Engine.complete`: texts or token ids in, `Completion`s out, FLOPs charged."""
         if not prompts or max_new_tokens <= 0:
-            usage.charge(0.0)
-            self.last_usage = {"prompt_tokens": 0, "generated_tokens": 0, "flops": 0.0}
+            charge_call(self, 0, 0)
             return [Completion("", 0, 0, "length") for _ in prompts]
         from_vllm = _sampling_params_class(self.llm)
         stops = stop_list(stop)
@@ -158,10 +164,7 @@ class VLLMEngine:
             done.append(self._completion(Completion(text, len(ids), len(token_ids), finish), first, logprobs))
             prompt_tokens += len(ids)
             generated += len(token_ids)
-        tokens = prompt_tokens + generated
-        flops = usage.infer_flops(self._n_params, tokens)
-        usage.charge(flops, infer_tokens=tokens)
-        self.last_usage = {"prompt_tokens": prompt_tokens, "generated_tokens": generated, "flops": flops}
+        charge_call(self, prompt_tokens, generated)
         return done
 
     def _completion(self, c: Completion, output, logprobs: int | None) -> Completion:
