@@ -229,3 +229,31 @@ def test_a_budget_spent_by_the_initial_system_still_selects_and_grades(tmp_path)
     assert result["iterations"] == 0 and bench.ledger.exhausted()
     assert result["submitted"]["iteration"] == 0 and result["submitted"]["test_score"] == pytest.approx(0.06)
     assert [e.step for e in bench.ledger.entries] == ["train", "play-val"]
+
+
+def test_grading_plays_run_at_once_and_a_play_asked_twice_runs_once(tmp_path) -> None:
+    """Grading's plays (test, base-model; initial, submitted, reference) overlap, `grading_workers`
+    at a time; the initial system submitted again (the agent changed nothing) is one play per key."""
+    import threading
+    import time
+
+    class Overlapping(FakeSteps):
+        def __init__(self, *args):
+            super().__init__(*args)
+            self.lock, self.now, self.most = threading.Lock(), 0, 0
+
+        def play(self, key, split, **params) -> PlayResult:
+            with self.lock:
+                self.now += 1
+                self.most = max(self.most, self.now)
+            time.sleep(0.2 if split == "test" else 0)
+            with self.lock:
+                self.now -= 1
+            return super().play(key, split=split, **params)
+
+    fake = Overlapping(tmp_path, [])
+    _, result = run(config(tmp_path, 0, "base_model_check=true", "grading_workers=3"), fake)
+    assert fake.most == 3
+    tests = [r for r in fake.runs if r.startswith("play:")]
+    assert len(tests) == len(set(tests)) == 1 + 2 + 2  # val; initial = submitted: test, base; reference
+    assert result["submitted"]["test_score"] == result["initial"]["test_score"]

@@ -10,10 +10,12 @@ inside its cached results. Nothing here imports Prefect.
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -91,6 +93,7 @@ class Bench:
         self.history: list[Candidate] = []
         self.timings: list[dict] = []  # per step call: wall in the orchestrator, wall in the sandbox, cached
         self.charged: set[str] = set()  # step keys already charged in this run
+        self._grading: dict[str, Future] = {}  # grading plays by key: one play per key, however often asked
         self.t0 = time.monotonic()
         self._log = log or (
             lambda msg: print(f"[bench {time.monotonic() - self.t0:6.1f}s] {msg}", flush=True)
@@ -192,6 +195,14 @@ class Bench:
         mode: str = "model",
     ) -> PlayResult:
         """Play `system` on `split`; `weights` swaps in other weights (mode null or base) behind the same endpoint."""
+        key, params = self._play_params(system, split, budgeted, weights, mode)
+        out = self._call("play", key=key, **params)
+        self._charge(f"play-{split}", iteration, key, out.charge, budgeted)
+        return out
+
+    def _play_params(
+        self, system: System, split: str, budgeted: bool, weights: str | None, mode: str
+    ) -> tuple[str, dict]:
         harness = part_hashes(self.store / system.snapshot)["harness"]
         key = keys.play_key(
             system.weights_key,
@@ -203,9 +214,7 @@ class Bench:
             self.cfg.engine,
         )
         lim = self._limits(budgeted, "infer")
-        out = self._call(
-            "play",
-            key=key,
+        return key, dict(
             harness_dir=str(self.store / system.snapshot / "harness"),
             model_dir=weights or system.weights,
             split=split,
@@ -215,8 +224,17 @@ class Bench:
             **lim._asdict(),  # max_flops, cpu_seconds, gpu_seconds
             engine_cfg=self.cfg.engine,
         )
-        self._charge(f"play-{split}", iteration, key, out.charge, budgeted)
-        return out
+
+    def _grading_play(
+        self, pool: ThreadPoolExecutor, system: System, weights: str | None, mode: str
+    ) -> Future:
+        """A grading play (unbudgeted, test split) started in `pool`; the same key twice is one play."""
+        key, params = self._play_params(system, "test", False, weights, mode)
+        if key not in self._grading:
+            self.charged.add(key)  # unbudgeted: nothing goes to the ledger
+            run = contextvars.copy_context().run  # the flow's context (Prefect's run) in the worker
+            self._grading[key] = pool.submit(run, self._call, "play", key=key, **params)
+        return self._grading[key]
 
     def evaluate(self, sid: str, iteration: int, turn: TurnOutcome | None) -> Candidate:
         used_before = self.ledger.used()
@@ -327,34 +345,54 @@ class Bench:
 
     # select, grade, report ---------------------------------------------------------------------
     def grade(self, system: System, label: str) -> Grade:
+        """Grade `system` now (its plays at once, `grading_workers` at a time)."""
+        with ThreadPoolExecutor(self.grading_workers(), thread_name_prefix="vtb-grade") as pool:
+            return self.start_grade(pool, system, label)()
+
+    def start_grade(self, pool: ThreadPoolExecutor, system: System, label: str) -> Callable[[], Grade]:
+        """Start grading `system` in `pool` (its test, null-model and base-model plays at once); the
+        returned call waits for them and writes the grade."""
         if system.weights is None:
-            return Grade(test_score=0.0, note="no checkpoint (training failed)")
+            return lambda: Grade(test_score=0.0, note="no checkpoint (training failed)")
         self._log(f"grading the {label} system on the hidden test split")
-        test = self.play(system, "test", -1, budgeted=False)
-        for name, content in test.artifacts.items():  # e.g. SWE-bench report.json files
-            self.rec.write_artifact(f"grading/{label}/{name}", content)
-        grade = Grade(
-            test_score=test.score,
-            n=test.n,
-            answered=test.answered,
-            crashes=test.crashes,
-            denials=test.denials,
-            samples=test.samples,
-            metrics=test.metrics,
-            inference_flops=test.charge.flops,
-            engine=test.engine,
-        )
+        test = self._grading_play(pool, system, None, "model")
+        null = base = None
         if self.cfg.null_model_check:
             # The same harness, episodes (ids, order), mounts, paths and environment; only the
             # weights differ: the checkpoint's own folder with every tensor shuffled (vtb/blind.py).
             null_dir = null_model(Path(system.weights), self.cache, secret_of(self.cfg.task))
-            null = self.play(system, "test", -1, budgeted=False, weights=str(null_dir), mode="null")
-            grade.null_model_score, grade.flagged = null.score, null.score > self.cfg.null_model_threshold
+            null = self._grading_play(pool, system, str(null_dir), "null")
         if self.cfg.base_model_check:
             # Information, not a flag: how much of the score the trained weights carry.
-            base = self.play(system, "test", -1, budgeted=False, weights=str(self.base_dir), mode="base")
-            grade.base_model_score = base.score
-        return grade
+            base = self._grading_play(pool, system, str(self.base_dir), "base")
+
+        def finish() -> Grade:
+            played: PlayResult = test.result()
+            for name, content in played.artifacts.items():  # e.g. SWE-bench report.json files
+                self.rec.write_artifact(f"grading/{label}/{name}", content)
+            grade = Grade(
+                test_score=played.score,
+                n=played.n,
+                answered=played.answered,
+                crashes=played.crashes,
+                denials=played.denials,
+                samples=played.samples,
+                metrics=played.metrics,
+                inference_flops=played.charge.flops,
+                engine=played.engine,
+            )
+            if null is not None:
+                score = null.result().score
+                grade.null_model_score, grade.flagged = score, score > self.cfg.null_model_threshold
+            if base is not None:
+                grade.base_model_score = base.result().score
+            return grade
+
+        return finish
+
+    def grading_workers(self) -> int:
+        """How many grading plays run at once: one on a GPU (a model server each would share it)."""
+        return 1 if self.cfg.sandbox.gpus else max(1, self.cfg.grading_workers)
 
     def reference_system(self) -> tuple[System, dict]:
         """The domain's reference system: its recipe trained here (not charged), or a released model."""
@@ -378,14 +416,18 @@ class Bench:
     def finish(self) -> dict:
         chosen = select(self.history)
         self._log(f"selected iteration {chosen.iteration} (val {chosen.val_score})")
-        grades = {
-            "initial": self.grade(self.history[0].system, "initial"),
-            "submitted": self.grade(chosen.system, "submitted"),
-        }
-        reference = None
-        if self.cfg.reference:
-            system, reference = self.reference_system()
-            grades["reference"] = self.grade(system, "reference")
+        # Grading's plays are unbudgeted and independent: they run `grading_workers` at a time,
+        # while this thread trains the reference system.
+        with ThreadPoolExecutor(self.grading_workers(), thread_name_prefix="vtb-grade") as pool:
+            pending = {
+                "initial": self.start_grade(pool, self.history[0].system, "initial"),
+                "submitted": self.start_grade(pool, chosen.system, "submitted"),
+            }
+            reference = None
+            if self.cfg.reference:
+                system, reference = self.reference_system()
+                pending["reference"] = self.start_grade(pool, system, "reference")
+            grades = {label: wait() for label, wait in pending.items()}
         outcome = RunOutcome(self.run_id, self.data, self.model, self.history, chosen, grades, reference)
         result = self.rec.finish(self.cfg, outcome, self.ledger, self.store)
         self.rec.write_timings(time.monotonic() - self.t0, self.timings)
