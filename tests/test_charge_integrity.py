@@ -92,6 +92,19 @@ def test_the_ledger_checks_again_and_never_goes_below_the_floor() -> None:
     assert all(math.isfinite(v) and v >= 0 for v in ledger.summary().values() if isinstance(v, float))
 
 
+def test_only_the_harness_seconds_of_a_play_are_floored() -> None:
+    """The model server counts its tokens (our code); the harness's seconds are what the floor watches."""
+    floor = FlopsFloor(cpu_rate=1e9, fraction=0.5, startup_cpu_seconds=2.0, infer_rate=1e9)
+    ledger = Ledger("flops", 1e13, 3600.0, floor=floor)
+    served = Charge(flops=1e6, cpu_seconds=30.0, served_cpu_seconds=20.0)  # server 20 s + harness 10 s
+    assert ledger.charge("play-val", 1, served).flops == pytest.approx(0.5 * 1e9 * (10.0 - 2.0))
+    killed = Charge(flops=1e6, cpu_seconds=30.0)  # a killed server's seconds carry no exemption
+    assert ledger.charge("play-val", 1, killed).flops == pytest.approx(0.5 * 1e9 * (30.0 - 2.0))
+    broken = Charge(flops=1e6, cpu_seconds=5.0, served_cpu_seconds=float("inf"))  # never below 0 or NaN
+    booked = ledger.charge("play-val", 1, broken)
+    assert booked.flops == pytest.approx(0.5 * 1e9 * 3.0) and booked.errors
+
+
 def test_under_reporting_is_stopped_where_the_floor_runs_out() -> None:
     """With flops as the unit, the FLOPs left are also a CPU cap (through the floor's rate)."""
     ledger = Ledger(

@@ -18,7 +18,7 @@ from vtb import runner
 from vtb.blind import null_model
 from vtb.engine.infer import Engine
 from vtb.sandbox.base import Limits
-from vtb.service import ModelService
+from vtb.service import ModelService, ServiceError
 
 LIMITS = Limits(wall_seconds=120, cpu_seconds=120)
 QUESTION = "Question: Tom has 5 apples and eats 2. How many?\nAnswer:"
@@ -164,6 +164,19 @@ def test_a_harness_reaches_the_model_only_through_the_api_with_its_key(tmp_path,
     # The charge is the server's meter: the forged usage file of the harness is not read.
     assert 0 < service.charge.flops <= 2.0 * n_params * 400
     assert out.charge.flops == 0 and service.engine == "transformers"
+    # The server's seconds are marked as its own (not floored: it counted its tokens); the harness's are not.
+    assert service.charge.served_cpu_seconds == service.charge.cpu_seconds > 0
+    assert out.charge.served_cpu_seconds == 0 and out.charge.cpu_seconds > 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_killed_servers_seconds_are_floored_like_any_sandboxs(tmp_path, backend, toy_model_dir):
+    """A server stopped by its CPU cap may not have counted its last batch: its seconds lose the exemption."""
+    service = ModelService(sandbox_backend(backend), toy_model_dir, Limits(wall_seconds=60, cpu_seconds=1))
+    with pytest.raises(ServiceError, match="did not start"):
+        service.start()
+    assert service.result.killed == "cpu"
+    assert service.charge.cpu_seconds >= 1 and service.charge.served_cpu_seconds == 0
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

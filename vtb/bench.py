@@ -231,7 +231,7 @@ class Bench:
         """A grading play (unbudgeted, test split) started in `pool`; the same key twice is one play."""
         key, params = self._play_params(system, "test", False, weights, mode)
         if key not in self._grading:
-            self.charged.add(key)  # unbudgeted: nothing goes to the ledger
+            self._charge("play-test", -1, key, None, budgeted=False)  # marks the key; no ledger entry
             run = contextvars.copy_context().run  # the flow's context (Prefect's run) in the worker
             self._grading[key] = pool.submit(run, self._call, "play", key=key, **params)
         return self._grading[key]

@@ -25,6 +25,10 @@ harness, its shell commands) writes, so two rules make forging it useless:
   under-reports is also stopped near where an honest one would be. The fraction is the slack
   that keeps honest steps charged exactly what they report (so they reproduce across machines)
   when load or less tightly written code makes them slower than the calibration.
+- A play step's seconds are the harness sandbox's and the model server's (vtb/service.py).
+  The server is our code and counts every token it serves, so its seconds
+  (`served_cpu_seconds`, `served_gpu_seconds`) are charged but not floored; the floor covers
+  the harness, the code an agent writes. The seconds of a server that was killed are floored.
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ BOUNDS = {
     "wall_seconds": 1e9,
     "agent_tokens": 1e12,
     "agent_cost_usd": 1e7,
+    "served_cpu_seconds": 1e9,
+    "served_gpu_seconds": 1e9,
 }
 MAX_ERRORS = 20  # bad numbers named per charge (the rest only counted)
 
@@ -97,6 +103,10 @@ class Charge:
     flops: float = 0.0
     cpu_seconds: float = 0.0
     gpu_seconds: float = 0.0  # summed over GPUs; 0 without sandbox GPUs
+    # The part of cpu_/gpu_seconds spent by the model server (vtb/service.py): counted and capped
+    # like the rest, but not floored, since the server is our code and meters its FLOPs per token.
+    served_cpu_seconds: float = 0.0
+    served_gpu_seconds: float = 0.0
     wall_seconds: float = 0.0
     agent_tokens: int = 0
     agent_cost_usd: float = 0.0
@@ -105,7 +115,10 @@ class Charge:
     errors: list[str] = field(default_factory=list)  # numbers that failed `checked`
 
     def __add__(self, other: Charge) -> Charge:
-        out = {k: getattr(self, k) + getattr(other, k) for k in NUMBERS + ("flops_reported", "flops_floor")}
+        out = {  # getattr: a charge pickled before a field existed has none
+            k: getattr(self, k, 0.0) + getattr(other, k, 0.0)
+            for k in NUMBERS + ("flops_reported", "flops_floor")
+        }
         return Charge(**out, errors=(self.errors + other.errors)[:MAX_ERRORS])
 
     @classmethod
@@ -125,7 +138,16 @@ class Charge:
         return cls(**numbers, flops_reported=numbers["flops"], errors=errors[:MAX_ERRORS])
 
 
-NUMBERS = ("flops", "cpu_seconds", "gpu_seconds", "wall_seconds", "agent_tokens", "agent_cost_usd")
+NUMBERS = (
+    "flops",
+    "cpu_seconds",
+    "gpu_seconds",
+    "served_cpu_seconds",
+    "served_gpu_seconds",
+    "wall_seconds",
+    "agent_tokens",
+    "agent_cost_usd",
+)
 
 
 @dataclass(frozen=True)
@@ -198,7 +220,9 @@ class Ledger:
         valid = Charge.of(**{k: getattr(charge, k, 0.0) for k in NUMBERS})
         errors = list(getattr(charge, "errors", None) or [])
         errors = ([str(e)[:200] for e in errors if isinstance(e, str)] + valid.errors)[:MAX_ERRORS]
-        floor = self.floor.of(valid.cpu_seconds, valid.gpu_seconds, kind) if self.floor else 0.0
+        cpu = max(0.0, valid.cpu_seconds - valid.served_cpu_seconds)  # the model server's are not floored
+        gpu = max(0.0, valid.gpu_seconds - valid.served_gpu_seconds)
+        floor = self.floor.of(cpu, gpu, kind) if self.floor else 0.0
         valid.flops_reported, valid.flops_floor = valid.flops, floor
         valid.flops = max(valid.flops, floor)
         valid.errors = errors

@@ -127,10 +127,16 @@ class ModelService:
         fallback = usage.get("engine_fallback")
         if fallback:
             self.engine += f" (fallback from {str(fallback)[:100]})"
+        # A server that ended by itself has counted every token it served (our engine, the
+        # usage file rewritten at each charge), so the ledger floors the harness's seconds only;
+        # one killed mid-batch (cpu, wall, memory) may not have, so its seconds are floored too.
+        counted = self.result.killed in (None, "closed", "flops")
         self.charge = Charge.of(
             flops=usage.get("flops", 0.0),
             cpu_seconds=self.result.cpu_seconds,
             gpu_seconds=self.result.gpu_seconds,
+            served_cpu_seconds=self.result.cpu_seconds if counted else 0.0,
+            served_gpu_seconds=self.result.gpu_seconds if counted else 0.0,
             wall_seconds=self.result.wall_seconds,
         )
         if self.result.killed == "flops":
