@@ -257,3 +257,36 @@ def test_grading_plays_run_at_once_and_a_play_asked_twice_runs_once(tmp_path) ->
     tests = [r for r in fake.runs if r.startswith("play:")]
     assert len(tests) == len(set(tests)) == 1 + 2 + 2  # val; initial = submitted: test, base; reference
     assert result["submitted"]["test_score"] == result["initial"]["test_score"]
+
+
+def test_the_reference_trains_in_the_background_during_the_research(tmp_path) -> None:
+    """On CPUs the reference's training does not wait for the end: it overlaps the agent's turns,
+    in a thread at the background's lower priority; its grade is the same as trained at the end."""
+    import os
+    import threading
+
+    from vtb.bench import BACKGROUND_NICE
+
+    class Watching(FakeSteps):
+        def __init__(self, *args):
+            super().__init__(*args)
+            self.reference_trained = threading.Event()
+            self.seen_by_turn: list[bool] = []
+            self.nice: list[int] = []
+
+        def train(self, key, snapshot_dir, **params) -> TrainResult:
+            if threading.current_thread().name.startswith("vtb-background"):
+                self.nice.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+                self.reference_trained.set()
+            return super().train(key, snapshot_dir, **params)
+
+        def turn(self, key, feedback, **params) -> TurnOutcome:
+            self.seen_by_turn.append(self.reference_trained.wait(timeout=20))
+            return super().turn(key, feedback, **params)
+
+    fake = Watching(tmp_path / "a", [{"score": 0.3}, {"score": 0.4}])
+    _, result = run(config(tmp_path / "a", 2), fake)
+    assert fake.seen_by_turn == [True, True] and fake.nice == [BACKGROUND_NICE]
+    at_end = FakeSteps(tmp_path / "b", [{"score": 0.3}, {"score": 0.4}])
+    _, expected = run(config(tmp_path / "b", 2, "sandbox.gpus=all"), at_end)  # GPUs: trained at the end
+    assert result["reference"]["test_score"] == expected["reference"]["test_score"] > 0

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextvars
 import hashlib
+import os
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -94,17 +96,33 @@ class Bench:
         self.timings: list[dict] = []  # per step call: wall in the orchestrator, wall in the sandbox, cached
         self.charged: set[str] = set()  # step keys already charged in this run
         self._grading: dict[str, Future] = {}  # grading plays by key: one play per key, however often asked
+        self._reference: Future | None = None  # the reference system trained in the background (run)
         self.t0 = time.monotonic()
         self._log = log or (
             lambda msg: print(f"[bench {time.monotonic() - self.t0:6.1f}s] {msg}", flush=True)
         )
 
     def run(self) -> dict:
-        """The whole bench; returns result.json's content."""
+        """The whole bench; returns result.json's content.
+
+        The reference system does not depend on the research, so on CPUs it trains in a
+        background thread at a lower priority (BACKGROUND_NICE) from provisioning on: it uses
+        the cycles the research leaves idle (interpreter starts, agent turns) rather than
+        waiting for the end. With GPUs it trains at the end, as it would share the GPU.
+        """
         self.rec.start(self.cfg)
         self.provision()
-        self.iterate()
-        return self.finish()
+        with ThreadPoolExecutor(
+            1, thread_name_prefix="vtb-background", initializer=lower_priority
+        ) as background:
+            if self.cfg.reference and not self.cfg.sandbox.gpus:
+                self._reference = background.submit(contextvars.copy_context().run, self.reference_system)
+            try:
+                self.iterate()
+            except BaseException:
+                background.shutdown(wait=False, cancel_futures=True)
+                raise
+            return self.finish()
 
     def _call(self, name: str, **params: Any) -> Any:
         start = time.monotonic()
@@ -417,7 +435,7 @@ class Bench:
         chosen = select(self.history)
         self._log(f"selected iteration {chosen.iteration} (val {chosen.val_score})")
         # Grading's plays are unbudgeted and independent: they run `grading_workers` at a time,
-        # while this thread trains the reference system.
+        # while the reference system trains (here, or still in the background: see run).
         with ThreadPoolExecutor(self.grading_workers(), thread_name_prefix="vtb-grade") as pool:
             pending = {
                 "initial": self.start_grade(pool, self.history[0].system, "initial"),
@@ -425,7 +443,7 @@ class Bench:
             }
             reference = None
             if self.cfg.reference:
-                system, reference = self.reference_system()
+                system, reference = self._reference.result() if self._reference else self.reference_system()
                 pending["reference"] = self.start_grade(pool, system, "reference")
             grades = {label: wait() for label, wait in pending.items()}
         outcome = RunOutcome(self.run_id, self.data, self.model, self.history, chosen, grades, reference)
@@ -511,6 +529,17 @@ def public_view(entry: Candidate) -> dict:
     if rejected:  # the workspace over its caps, or a checkpoint refused by the host
         out["rejected"] = str(rejected)[:500]
     return out
+
+
+BACKGROUND_NICE = 5  # the background's priority: about a third of a core's share when the research wants both
+
+
+def lower_priority() -> None:
+    """Run this thread, and every process it starts, at BACKGROUND_NICE (Linux nice is per thread)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
+    except OSError:  # not permitted here: the background then runs at the normal priority
+        pass
 
 
 def reference_model_config(model: ModelConfig) -> ModelConfig:

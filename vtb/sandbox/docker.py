@@ -53,6 +53,17 @@ ENGINE_HINT = (
 )
 
 
+def cpu_shares() -> int | None:
+    """The container's CPU weight for the calling thread's nice (None at 0 or below: docker's default).
+
+    A bwrap sandbox inherits its starter's niceness at fork; a container is started by dockerd,
+    so a background thread's lower priority (vtb/bench.py) is passed on as cgroup CPU shares,
+    the kernel's own weight for that nice (1024 at 0, /1.25 per step).
+    """
+    nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    return max(2, int(1024 / 1.25**nice)) if nice > 0 else None
+
+
 def _owner() -> str:
     """This process as '<boot id>:<pid>:<start time>': a pid reused after a reboot or exit differs."""
     return f"{_boot_id()}:{os.getpid()}:{_start_time(os.getpid())}"
@@ -249,6 +260,7 @@ class DockerSandbox:
             cgroup_parent=parent,
             device_requests=requests,
             ipc_mode="private",
+            cpu_shares=cpu_shares(),
         )
 
     def start(
