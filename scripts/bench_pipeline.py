@@ -2,7 +2,8 @@
 
 An old commit (default: the last one before the model service, issue 17) is checked out into a
 temporary git worktree with a hard-linked copy of this virtual environment pointing at it; the
-default bench then runs there and here, one after the other, each on a fresh cache. Printed
+default bench then runs there and here, one after the other, each on a fresh cache and a fresh
+FLOPs-floor calibration (VTB_CALIBRATION_DIR), as on a new machine. Printed
 side by side: the command's total wall time, the scores and FLOPs, the play steps' wall time,
 and validation episodes per second with concurrent episodes (one round of all) vs one at a time
 (raw wall time of the play, harness start included; the model server, shared by a step's plays,
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -49,9 +51,12 @@ def run_bench(tree: Path, python: Path, overrides: list[str], scratch: Path, nam
     """The default bench as a user runs it (`python -m flows.bench`), timed; its record's figures."""
     cache, runs = scratch / f"{name}-cache", scratch / f"{name}-runs"
     argv = [str(python), "-m", "flows.bench", f"cache_dir={cache}", f"runs_dir={runs}", *overrides]
+    # A fresh machine-wide calibration too: both benches pay the FLOPs floor's calibration, as
+    # the README's first command on a new machine does, whatever ran here before.
+    env = {**os.environ, "VTB_CALIBRATION_DIR": str(scratch / f"{name}-calibration")}
     start = time.monotonic()
     with open(scratch / f"{name}.log", "w") as log:
-        subprocess.run(argv, cwd=tree, stdout=log, stderr=subprocess.STDOUT, check=True)
+        subprocess.run(argv, cwd=tree, stdout=log, stderr=subprocess.STDOUT, check=True, env=env)
     wall = time.monotonic() - start
     record = next(runs.iterdir())
     result = json.loads((record / "result.json").read_text())
