@@ -112,17 +112,10 @@ class Bench:
         """
         self.rec.start(self.cfg)
         self.provision()
-        with ThreadPoolExecutor(
-            1, thread_name_prefix="vtb-background", initializer=lower_priority
-        ) as background:
-            if self.cfg.reference and not self.cfg.sandbox.gpus:
-                self._reference = background.submit(contextvars.copy_context().run, self.reference_system)
-            try:
-                self.iterate()
-            except BaseException:
-                background.shutdown(wait=False, cancel_futures=True)
-                raise
-            return self.finish()
+        if self.cfg.reference and not self.cfg.sandbox.gpus:
+            self._reference = in_background(self.reference_system)
+        self.iterate()
+        return self.finish()
 
     def _call(self, name: str, **params: Any) -> Any:
         start = time.monotonic()
@@ -532,6 +525,27 @@ def public_view(entry: Candidate) -> dict:
 
 
 BACKGROUND_NICE = 5  # the background's priority: about a third of a core's share when the research wants both
+
+
+def in_background(fn: Callable[[], Any]) -> Future:
+    """`fn()` in a daemon thread at BACKGROUND_NICE, in the caller's context (Prefect's flow run).
+
+    A daemon thread, so a run that fails or is interrupted meanwhile does not wait for it: at
+    exit the thread dies, and with it its sandbox (bwrap's parent-death signal follows the thread).
+    """
+    future: Future = Future()
+    context = contextvars.copy_context()
+
+    def work() -> None:
+        lower_priority()
+        future.set_running_or_notify_cancel()
+        try:
+            future.set_result(context.run(fn))
+        except BaseException as e:  # handed to whoever waits for the result
+            future.set_exception(e)
+
+    threading.Thread(target=work, name="vtb-background", daemon=True).start()
+    return future
 
 
 def lower_priority() -> None:
