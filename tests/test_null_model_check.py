@@ -75,12 +75,13 @@ def api_listing():
 
 def mounts():
     # the mount table, less what is random in every sandbox (socket and output folders' host names;
-    # docker: layers, the container's folder and cgroup)
+    # docker: layers, the container's folder and cgroup, and the mount peer groups, numbered in
+    # the order containers start: grading's plays start at once, in either order)
     try:
         lines = open("/proc/self/mountinfo").read().splitlines()
     except OSError:
         return []
-    return sorted(re.sub(r"vtb-(model|out)-\w+|/var/lib/docker/overlay2/[^,\s]+|/var/lib/docker/containers/[^/\s]+|vtb-[0-9a-f]{16}/[0-9a-f]+", "X", " ".join(line.split()[3:])) for line in lines)
+    return sorted(re.sub(r"vtb-(model|out)-\w+|/var/lib/docker/overlay2/[^,\s]+|/var/lib/docker/containers/[^/\s]+|vtb-[0-9a-f]{16}/[0-9a-f]+|(master|shared|propagate_from):\d+", "X", " ".join(line.split()[3:])) for line in lines)
 
 
 def suspects_null(ids):
@@ -116,6 +117,7 @@ for line in sys.stdin:
 seen = {"env": sorted((k, len(v) if "KEY" in k else v) for k, v in os.environ.items()), "ids": ids, "api": api_listing(), "mount": mounts(),
         "cwd": sorted(os.listdir("."))}
 print("FINGERPRINT " + hashlib.sha256(json.dumps(seen).encode()).hexdigest(), file=sys.stderr)
+print("PARTS " + json.dumps({k: hashlib.sha256(json.dumps(v).encode()).hexdigest()[:8] for k, v in seen.items()}), file=sys.stderr)
 print("IDS " + json.dumps(ids[:8]), file=sys.stderr)
 print("TELLS " + json.dumps(suspects_null(ids)), file=sys.stderr, flush=True)
 """
@@ -190,7 +192,10 @@ def test_a_harness_that_hides_from_the_null_check_is_flagged(tmp_path, toy_model
     assert json.loads(_stderr_value(null, "TELLS")) == []  # ... found no tell of the check ...
     assert graded.null_model_score > 0.8 and graded.flagged is True  # ... so it is flagged
     # Everything it looked at was the same in both: environment, ids and order, /model, mounts.
-    assert _stderr_value(normal, "FINGERPRINT") == _stderr_value(null, "FINGERPRINT")
+    assert _stderr_value(normal, "FINGERPRINT") == _stderr_value(null, "FINGERPRINT"), [
+        _stderr_value(p, "PARTS")
+        for p in plays  # which of the parts differed
+    ]
     ids = json.loads(_stderr_value(normal, "IDS"))
     assert ids and all(re.fullmatch(r"[0-9a-f]{16}", i) for i in ids), ids  # opaque: no split, no item
     # The run record keeps the real item ids (orchestrator side).
