@@ -71,6 +71,7 @@ SMALL_OVERRIDES = [
     "budget.limit=5e12",
     "reference=false",
     "null_model_check=false",
+    "base_model_check=false",  # one play per system fewer; the e2e greedy run turns it on and checks it
 ]
 
 

@@ -31,7 +31,7 @@ def _headline(result: dict) -> dict:
     return out
 
 
-GREEDY_EXTRA = ("reference=true", "null_model_check=true")
+GREEDY_EXTRA = ("reference=true", "null_model_check=true", "base_model_check=true")
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +65,8 @@ def test_run_record_is_complete(greedy_run):
     assert result == json.loads((run_dir / "result.json").read_text())
     for row in ("initial", "submitted", "reference"):  # the fixture's run grades a reference system
         assert 0.0 <= result[row]["test_score"] <= 1.0
+    assert 0.0 <= result["submitted"]["base_model_test_score"] <= 1.0  # the base-model check ran
+    assert "Base-model check" in (run_dir / "report.md").read_text()
     grading = json.loads((run_dir / "grading.json").read_text())
     assert grading["submitted"]["engine"] == "transformers"  # the engine each grade ran on is recorded
     iteration = json.loads((run_dir / "iterations/00.json").read_text())
