@@ -24,6 +24,7 @@ TAU_SMALL = [
     "model.pretrain_texts=500",
     "agent.max_iterations=3",
     "budget.limit=5e12",
+    "base_model_check=false",  # checked on the math e2e run; one play per system fewer here
 ]
 
 
