@@ -185,9 +185,8 @@ def measure(sandbox: Sandbox, base_dir: Path, system_dir: Path) -> dict:
             result = _run(sandbox, code, mounts, limits, "the inference engine")
             charge = runner.charge_of(result)
             points["infer"].append(_point(charge.flops, charge.cpu_seconds))
-            startup = max(
-                0.0, charge.cpu_seconds - _work_seconds(result.stdout)
-            )  # metered outside, less the work
+            # Start-up: the run's CPU-seconds metered outside, less the probe's own work past loading.
+            startup = max(0.0, charge.cpu_seconds - _work_seconds(result.stdout))
             points["startup"].append({"flops": 0.0, "cpu_seconds": round(startup, 3)})
             for _ in range(2):  # a longer run when the first was too short to time past start-up
                 config.update(max_steps=steps, epochs=10_000)
