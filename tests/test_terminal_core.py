@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import BACKENDS, sandbox_backend
 from vtb.domains.terminal import generator as gen
 from vtb.domains.terminal.grading import parse_pytest_rA, resolved, run_tests
 from vtb.domains.terminal.loaders import load_tasks, read_task, write_app, write_task
@@ -347,3 +348,37 @@ def test_a_test_run_past_its_time_limit_does_not_resolve(sandbox, tmp_path):
     statuses, log = run_tests(sandbox, tmp_path, task, LIMITS)
     assert time.monotonic() - started < 10
     assert statuses == {"<killed: wall>": "ERROR"} and not resolved(statuses), log
+
+
+# A Harbor test.sh runs over the agent's state (its /app, the tools it may have replaced), so the
+# reward file it leaves is read like any sandbox output: each of these writes what would be a pass
+# if it were followed, waited on or trusted, and must come back as an ERROR (or no reward at all).
+HOSTILE_REWARDS = {
+    "link to a host file holding 1": "echo 1 > /tmp/one; ln -s {one} /logs/verifier/reward.txt",
+    "fifo nobody writes": "mkfifo /logs/verifier/reward.txt",
+    "infinite": "echo inf > /logs/verifier/reward.txt",
+    "not a number": "echo nan > /logs/verifier/reward.txt",
+    "out of range": "echo 1e9 > /logs/verifier/reward.txt",
+    "too big": "head -c 100000 /dev/zero | tr '\\0' 1 > /logs/verifier/reward.txt",
+    "json link": "ln -s {one} /logs/verifier/reward.json",
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_hostile_reward_file_is_never_a_pass(backend, tmp_path):
+    sandbox = sandbox_backend(backend)
+    one = tmp_path / "host-one.txt"
+    one.write_text("1\n")
+    base = read_task(_harbor_folder(tmp_path))
+    for name, script in HOSTILE_REWARDS.items():
+        task = {**base, "tests": {**base["tests"], "test.sh": script.format(one=one) + "\n"}}
+        started = time.monotonic()
+        statuses, log = run_tests(sandbox, _app(task, tmp_path / name.replace(" ", "-")), task, LIMITS)
+        assert not resolved(statuses), (name, statuses, log)
+        assert statuses in ({}, {"reward": "ERROR"}), (name, statuses)
+        assert time.monotonic() - started < 20, f"{name}: the read waited"
+
+
+def _app(task: dict, folder: Path) -> Path:
+    write_app(task, folder)
+    return folder

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import sys
 import tempfile
 from pathlib import Path
 
+from vtb import safefs
 from vtb.domains.terminal.loaders import write_files
 from vtb.sandbox.base import Limits, Mount, Sandbox
 from vtb.sandbox.runtime import runtime_mounts
@@ -33,6 +35,7 @@ SKIP_RE = re.compile(r"^\[\d+\] (.+?:\d+): ")  # "SKIPPED [1] test_x.py:8: reaso
 SEVERITY = {"PASSED": 0, "SKIPPED": 1, "XFAIL": 1, "XPASS": 2, "FAILED": 3, "ERROR": 3}
 MESSAGE = " - "
 MAX_LOG_CHARS = 20000
+MAX_REWARD_BYTES = 4096  # a reward file holds one number
 TEST_ENV = {
     "PYTHONDONTWRITEBYTECODE": "1",
     "PYTHONSAFEPATH": "1",  # also for any `python` a Harbor test.sh starts
@@ -129,14 +132,24 @@ def run_tests(sandbox: Sandbox, app_dir: Path, task: dict, limits: Limits) -> tu
 
 
 def _reward(logs: Path) -> dict[str, str]:
-    """{"reward": PASSED/FAILED} from the verifier's reward file; {} if it wrote none."""
-    try:
-        if (logs / "reward.txt").is_file():
-            value = float((logs / "reward.txt").read_text().strip())
-        elif (logs / "reward.json").is_file():
-            value = float(json.loads((logs / "reward.json").read_text())["reward"])
-        else:
-            return {}
-    except (ValueError, KeyError, TypeError):
-        return {"reward": "ERROR"}
-    return {"reward": "PASSED" if value >= 1 else "FAILED"}
+    """{"reward": PASSED/FAILED} from the verifier's reward file; {} if it wrote none.
+
+    The file is written by code that ran over the agent's state, so it is read like any
+    sandbox output: no link followed, at most MAX_REWARD_BYTES, and the value must be a finite
+    number in [0, 1] (a NaN, an "inf" or a 1e9 is an ERROR, never a pass).
+    """
+    for name in ("reward.txt", "reward.json"):
+        try:
+            data = safefs.read_in(logs, name, MAX_REWARD_BYTES).decode("utf-8")
+        except FileNotFoundError:
+            continue
+        except (OSError, UnicodeDecodeError):  # a link, a FIFO, a device, too big, not text
+            return {"reward": "ERROR"}
+        try:
+            value = float(data.strip()) if name == "reward.txt" else float(json.loads(data)["reward"])
+        except (ValueError, KeyError, TypeError, RecursionError):
+            return {"reward": "ERROR"}
+        if not math.isfinite(value) or not 0 <= value <= 1:
+            return {"reward": "ERROR"}
+        return {"reward": "PASSED" if value >= 1 else "FAILED"}
+    return {}
