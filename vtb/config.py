@@ -27,7 +27,7 @@ class TaskConfig:
     n_pool: int = 4000  # train pool the research agent may draw from
     n_val: int = 100
     n_test: int = 200
-    metric: str = "strict"  # the reward: math strict | flexible | boxed; the others name theirs
+    metric: str | None = None  # the reward; None = the source's own (math: loaders.metric_of)
     initial_data_size: int = 200  # rows in the initial (noisy) training set
     initial_noise: float = 0.3  # share of those rows with a wrong answer
     round_timeout_s: float = 120.0  # harness time per round, plus per_episode_timeout_s each

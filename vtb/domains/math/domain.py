@@ -53,6 +53,10 @@ class MathConfig(TaskConfig):
     min_steps: int = 1  # arithmetic steps per generated problem
     max_steps: int = 2  # the generator does 1-4 (see conf/task/math.yaml)
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        loaders.check_metric(self.metric)
+
 
 @register_domain("math")
 class MathDomain:
@@ -60,6 +64,7 @@ class MathDomain:
     env = MathEnv()
 
     def provision(self, task: MathConfig, out: Path) -> dict:
+        loaders.metric_of(task)  # a contradicting task.metric is warned about before the run, not after
         if task.source == "embedded":
             splits = generator.make_splits(
                 task.data_seed,
@@ -127,7 +132,8 @@ class MathDomain:
         common.write_workspace(ws, rows, REFERENCE_TRAINER, HARNESSES / "calculator", WORKSPACE_README)
 
     def episodes(self, data_dir: Path, split: str, task: MathConfig, sandbox=None) -> list[MathEpisode]:
-        return [MathEpisode(item, task.metric, self.env) for item in self.split(data_dir, split)]
+        metric = loaders.metric_of(task)
+        return [MathEpisode(item, metric, self.env) for item in self.split(data_dir, split)]
 
     def metrics(self, episodes: list[MathEpisode], task: MathConfig) -> dict:
         return {}

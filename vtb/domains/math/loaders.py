@@ -2,17 +2,25 @@
 
 Each returns normalised records {"id", "question", "answer", "source"} whose "answer" is what
 grading.score expects for that source: the full GSM8K solution (strict/flexible metrics read
-its `#### N`), or the short final answer of MATH-500/AIME (boxed metric). A source is a local
-file (.jsonl, .json or .parquet, in the data set's own Hugging Face schema) or an HF dataset
-name; schema errors name the file, the column and the expected schema, because a silently
+its `#### N`), or the short final answer of MATH-500/AIME (boxed metric); metric_of picks that
+metric unless task.metric says otherwise. A source is a local file (.jsonl, .json or .parquet,
+in the data set's own Hugging Face schema) or an HF dataset name; schema errors name the file, the column and the expected schema, because a silently
 empty column would quietly score every system zero.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vtb.domains import common
+from vtb.domains.math import grading
+
+if TYPE_CHECKING:
+    from vtb.config import TaskConfig
+
+log = logging.getLogger(__name__)
 
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
 SCHEMAS = {
@@ -20,6 +28,49 @@ SCHEMAS = {
     "math500": "MATH-500 (HuggingFaceH4/MATH-500): problem, solution, answer, subject, level, unique_id",
     "aime": "AIME (e.g. AI-MO/aimo-validation-aime): id, problem, solution, answer (int or str), url, optional year",
 }
+
+
+# Each source's own metric (grading.score): its references are GSM8K solutions ending in `#### N`
+# (the embedded miniature is GSM8K-format) or short MATH answers compared with \boxed{}.
+SOURCE_METRICS = {"embedded": "strict", "gsm8k": "strict", "math500": "boxed", "aime": "boxed"}
+# Metrics that read the same answer format as a source's own, so choosing one is no contradiction.
+SAME_FORMAT = {"strict": ("strict", "flexible"), "boxed": ("boxed",)}
+_warned: set[tuple[str, str]] = set()  # (source, metric) contradictions already warned about
+
+
+def check_metric(metric: str | None) -> None:
+    """Reject an unknown task.metric when the config is built, not after a whole run's training."""
+    if metric is not None and metric not in grading.METRICS:
+        raise ValueError(
+            f"task.metric={metric!r} is not one of {', '.join(grading.METRICS)} "
+            "(or null: the source's own metric)"
+        )
+
+
+def metric_of(task: TaskConfig) -> str:
+    """The metric a math task is graded with: task.metric if set, else its source's own.
+
+    A default of "strict" silently scored every correct MATH-500/AIME answer 0, so the default
+    follows the source. An explicit metric that reads another answer format still wins (someone
+    may mean it) but is warned about once per process, as it likely scores every system ~0.
+    """
+    check_metric(task.metric)
+    own = SOURCE_METRICS.get(task.source)
+    if own is None:
+        raise ValueError(f"unknown math source {task.source!r}; expected one of {', '.join(SOURCE_METRICS)}")
+    if task.metric is None:
+        return own
+    if task.metric not in SAME_FORMAT[own] and (task.source, task.metric) not in _warned:
+        _warned.add((task.source, task.metric))
+        log.warning(
+            "task.source=%s is graded with its own metric %r, but task.metric=%s was set and is used: "
+            "it reads another answer format, so correct answers may score 0. "
+            "Drop task.metric to use the source's own metric (and silence this warning).",
+            task.source,
+            own,
+            task.metric,
+        )
+    return task.metric
 
 
 def _is_local(source: str) -> bool:
