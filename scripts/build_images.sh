@@ -8,6 +8,9 @@
 #                                    Debian's packages, then `docker import` (no registry needed).
 #   scripts/build_images.sh full     base, then vtb/research and vtb/grading from containers/
 #                                    (the Python stack from PyPI), for machines without this checkout.
+#   scripts/build_images.sh hostroot vtb/hostroot: a self-contained root (bash, coreutils, git, patch,
+#                                    Python 3 + pytest) copied from this host (scripts/hostroot.py);
+#                                    the offline stand-in for public base images. Seconds.
 #   scripts/build_images.sh stage    only .sandbox-code/vtb (the sandbox layout the images copy), for
 #                                    a manual `docker build -f containers/<image>.Dockerfile .`
 # Needs a running Docker Engine (`dockerd --iptables=false --bridge=none &` as root works here).
@@ -39,6 +42,11 @@ base() {
   tar -C "$root" -c . | "$DOCKER" import -c 'CMD ["/bin/bash"]' - vtb/debian:bookworm >/dev/null
   rm -rf "$root"
   echo "[images] vtb/debian:bookworm"
+}
+
+hostroot() {
+  "${PYTHON:-.venv/bin/python}" scripts/hostroot.py | "$DOCKER" import -c 'CMD ["/bin/bash"]' - vtb/hostroot:latest >/dev/null
+  echo "[images] vtb/hostroot:latest (this host's bash, git, patch, python3 + pytest)"
 }
 
 # The sandbox layout of the vtb package (vtb.sandbox.runtime.SANDBOX_CODE, the one list of what
@@ -76,5 +84,6 @@ case "$what" in
   base) base ;;
   full) runtime; full ;;
   stage) stage_sandbox_code ;;
-  *) echo "usage: $0 [runtime|base|full|stage]" >&2; exit 2 ;;
+  hostroot) hostroot ;;
+  *) echo "usage: $0 [runtime|base|full|hostroot|stage]" >&2; exit 2 ;;
 esac

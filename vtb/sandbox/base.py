@@ -54,7 +54,7 @@ class SandboxResult:
     stderr: str
     wall_seconds: float
     cpu_seconds: float
-    # None, "wall", "cpu", "gpu", "flops", "procs", "memory" or "closed"
+    # None, "wall", "cpu", "gpu", "flops", "procs", "memory", "disk" (docker's native images) or "closed"
     killed: str | None = None
     usage: dict = field(default_factory=dict)  # parsed usage file ({} if none was written)
     denials: list[str] = field(default_factory=list)  # stderr lines showing blocked access

@@ -19,6 +19,7 @@ once the next run starts.
 
 from __future__ import annotations
 
+import copy
 import glob
 import logging
 import os
@@ -46,6 +47,9 @@ IMAGE = "vtb/runtime:latest"  # made by scripts/build_images.sh (offline, second
 IMAGE_PREFIX = "/opt/vtb/.venv"  # where containers/*.Dockerfile install the project (runtime="image")
 LABEL = "vtb.sandbox"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+NATIVE_DISK_MB = 4096  # a native container's own layer, at most (with_image)
+NATIVE_OWN_ENV = ("PATH", "HOME")
+DISK_CHECK_S = 2.0  # measuring a layer walks it: not at every poll
 BUILD_HINT = "build it with `scripts/build_images.sh` (offline, no registry needed)"
 ENGINE_HINT = (
     "start a Docker Engine (Debian: `apt-get install docker.io`, then as root "
@@ -207,9 +211,10 @@ class DockerSandbox:
         import docker
 
         self.threads = threads
-        if runtime not in ("host", "image"):
+        if runtime not in ("host", "image"):  # "native" only through with_image
             raise ValueError(f"sandbox.runtime={runtime!r} is not one of host, image")
         self.image = image
+        self.disk_mb = NATIVE_DISK_MB
         self.gpus = gpus
         self._gpu_set = sandbox_gpus(gpus, gpu_reader)  # checked before any engine work
         self.runtime = runtime
@@ -228,6 +233,42 @@ class DockerSandbox:
         except docker.errors.ImageNotFound:
             raise RuntimeError(f"sandbox=docker: image {image} is missing; {BUILD_HINT}") from None
         cleanup_stale(self.api)
+
+    def with_image(self, image: str, disk_mb: int = NATIVE_DISK_MB) -> DockerSandbox:
+        """This sandbox, starting its containers from a task's own image, as published.
+
+        For environments that exist only as an image (SWE-bench's per-instance images, a
+        Terminal-Bench or Harbor task built from its Dockerfile): the image's own programs,
+        PATH, HOME and user, and its root writable, in the container's own layer, which goes
+        with the container. Nothing of the host is mounted but what the caller passes. The
+        rest is every sandbox's: no network, no capabilities, no new privileges, limits metered
+        from outside, and the layer's size capped at `disk_mb` (killed="disk"), since a writable
+        root is disk the memory cap does not see.
+        """
+        try:
+            self.api.inspect_image(image)
+        except self._docker.errors.ImageNotFound:
+            raise RuntimeError(f"sandbox=docker: image {image} is missing (build or pull it first)") from None
+        view = copy.copy(self)
+        view.image, view.runtime, view.disk_mb = image, "native", disk_mb
+        return view
+
+    def snapshot(self, proc: DockerProcess, repository: str = "vtb-snapshot") -> str:
+        """An image of a running container's filesystem (not its processes): the id, to run from.
+
+        How a state outlives its shell: a restarted shell, or the hidden tests that run after
+        the agent is done, start from the state the agent left, with none of its processes.
+        Remove it with `remove_image` when done.
+        """
+        tag = uuid.uuid4().hex[:16]
+        self.api.commit(proc.id, repository=repository, tag=tag)
+        return f"{repository}:{tag}"
+
+    def remove_image(self, ref: str) -> None:
+        try:
+            self.api.remove_image(ref, force=True, noprune=False)
+        except self._docker.errors.APIError as e:
+            log.warning("could not remove image %s: %s", ref, e)
 
     def host_config(self, mounts: list[Mount], limits: Limits, out_dir: Path, parent: str) -> dict:
         types = self._docker.types
@@ -251,7 +292,7 @@ class DockerSandbox:
             mounts=binds,
             tmpfs=tmpfs,
             network_mode="none",
-            read_only=True,
+            read_only=self.runtime != "native",  # native: the image's root, in the container's layer
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             pids_limit=limits.max_processes,
@@ -276,7 +317,10 @@ class DockerSandbox:
             raise ValueError("empty argv")
         for m in mounts:
             check_mount(m)
+        given = env or {}
         env = sandbox_env(self.threads, limits, env)
+        if self.runtime == "native":  # the image's own PATH and HOME (its ENV), unless asked otherwise
+            env = {k: v for k, v in env.items() if k not in NATIVE_OWN_ENV or k in given}
         if self.runtime == "image":
             mounts, argv, env = self._in_image(mounts, argv, env)
         out_dir = Path(tempfile.mkdtemp(prefix="vtb-out-"))
@@ -291,7 +335,7 @@ class DockerSandbox:
                 detach=False,
                 environment=env,
                 working_dir=cwd,
-                user=f"{os.getuid()}:{os.getgid()}",
+                user=None if self.runtime == "native" else f"{os.getuid()}:{os.getgid()}",
                 hostname="vtb",
                 labels=labels,
                 host_config=self.host_config(mounts, limits, out_dir, parent),
@@ -307,7 +351,8 @@ class DockerSandbox:
             _remove_cgroup(parent)
             raise SandboxStartError(f"docker could not start the sandbox container: {e}") from e
         gpu = self._gpu_set.meter(started) if self._gpu_set is not None else None
-        return DockerProcess(self.api, cid, sock, limits, out_dir, parent, started, gpu)
+        disk = self.disk_mb if self.runtime == "native" else None
+        return DockerProcess(self.api, cid, sock, limits, out_dir, parent, started, gpu, disk)
 
     def _in_image(
         self, mounts: list[Mount], argv: list[str], env: dict
@@ -346,8 +391,10 @@ class DockerProcess:
         parent: str,
         started: float,
         gpu: GpuMeter | None = None,
+        disk_mb: int | None = None,
     ):
         self._api, self.id, self._limits = api, cid, limits
+        self._disk_mb, self._disk_checked = disk_mb, 0.0
         self._gpu, self._gpu_pids = gpu, set()
         self._out_dir, self._parent, self._started = out_dir, parent, started
         self._sock = getattr(sock, "_sock", sock)  # the raw socket under the SDK's wrapper
@@ -479,9 +526,24 @@ class DockerProcess:
             self.kill("procs")
         elif self._gpu is not None and self._gpu.over(self._limits.gpu_seconds):
             self.kill("gpu")
-        elif self._limits.max_flops is not None:
-            if _flops(read_usage(self._out_dir / "usage.json")) > self._limits.max_flops:
-                self.kill("flops")
+        elif self._limits.max_flops is not None and (
+            _flops(read_usage(self._out_dir / "usage.json")) > self._limits.max_flops
+        ):
+            self.kill("flops")
+        elif self._disk_mb is not None and self._over_disk():
+            self.kill("disk")
+
+    def _over_disk(self) -> bool:
+        """Whether the container's own layer holds more than its cap (checked every DISK_CHECK_S)."""
+        now = time.monotonic()
+        if now - self._disk_checked < DISK_CHECK_S:
+            return False
+        self._disk_checked = now
+        try:
+            size = self._api.inspect_container(self.id, size=True).get("SizeRw") or 0
+        except Exception:  # noqa: BLE001 (gone: the end of the run decides)
+            return False
+        return int(size) > self._disk_mb * 1024 * 1024
 
     def _oom_killed(self) -> bool:
         """Whether the kernel's OOM killer fired in the container (its memory cgroup, found once)."""
