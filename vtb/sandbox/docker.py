@@ -540,7 +540,8 @@ class DockerProcess:
             return False
         self._disk_checked = now
         try:
-            size = self._api.inspect_container(self.id, size=True).get("SizeRw") or 0
+            found = self._api.containers(all=True, filters={"id": self.id}, size=True)
+            size = found[0].get("SizeRw") or 0 if found else 0
         except Exception:  # noqa: BLE001 (gone: the end of the run decides)
             return False
         return int(size) > self._disk_mb * 1024 * 1024
