@@ -26,6 +26,7 @@ from vtb import keys, pipeline, record
 from vtb.agents import Feedback, best_of, make_agent
 from vtb.blind import null_model, secret_of
 from vtb.config import BenchConfig, ModelConfig
+from vtb.domains.registry import get_domain
 from vtb.engine.select import engine_env
 from vtb.hashing import hash_json
 from vtb.ledger import FlopsFloor, Ledger, StepLimits, check_budget
@@ -154,6 +155,10 @@ class Bench:
         self.data: DataResult = self._call(
             "data", key=keys.data_key(cfg.task), task_cfg=cfg.task, cache=str(self.cache)
         )
+        # A domain may refuse data the backend would run unfaithfully (terminal: tasks built from a Dockerfile).
+        check = getattr(get_domain(cfg.task.name), "check_sandbox", None)
+        if check is not None:
+            check(Path(self.data.data_dir), cfg.sandbox.backend)
         self.model = self._provision_model(cfg.model)
         self.data_dir, self.base_dir = Path(self.data.data_dir), Path(self.model.base_dir)
         self.initial = pipeline.build_system("initial", cfg, self.data_dir, self.store)

@@ -214,7 +214,7 @@ class DockerSandbox:
         if runtime not in ("host", "image"):  # "native" only through with_image
             raise ValueError(f"sandbox.runtime={runtime!r} is not one of host, image")
         self.image = image
-        self.disk_mb = NATIVE_DISK_MB
+        self.disk_mb, self.keep = NATIVE_DISK_MB, False
         self.gpus = gpus
         self._gpu_set = sandbox_gpus(gpus, gpu_reader)  # checked before any engine work
         self.runtime = runtime
@@ -234,7 +234,7 @@ class DockerSandbox:
             raise RuntimeError(f"sandbox=docker: image {image} is missing; {BUILD_HINT}") from None
         cleanup_stale(self.api)
 
-    def with_image(self, image: str, disk_mb: int = NATIVE_DISK_MB) -> DockerSandbox:
+    def with_image(self, image: str, disk_mb: int = NATIVE_DISK_MB, keep: bool = False) -> DockerSandbox:
         """This sandbox, starting its containers from a task's own image, as published.
 
         For environments that exist only as an image (SWE-bench's per-instance images, a
@@ -243,14 +243,16 @@ class DockerSandbox:
         with the container. Nothing of the host is mounted but what the caller passes. The
         rest is every sandbox's: no network, no capabilities, no new privileges, limits metered
         from outside, and the layer's size capped at `disk_mb` (killed="disk"), since a writable
-        root is disk the memory cap does not see.
+        root is disk the memory cap does not see. keep=True: a container that ends stays (its
+        files, none of its processes) until `proc.remove()`, so `snapshot` can take a state its
+        shell left by exiting or by being killed.
         """
         try:
             self.api.inspect_image(image)
         except self._docker.errors.ImageNotFound:
             raise RuntimeError(f"sandbox=docker: image {image} is missing (build or pull it first)") from None
         view = copy.copy(self)
-        view.image, view.runtime, view.disk_mb = image, "native", disk_mb
+        view.image, view.runtime, view.disk_mb, view.keep = image, "native", disk_mb, keep
         return view
 
     def snapshot(self, proc: DockerProcess, repository: str = "vtb-snapshot") -> str:
@@ -352,7 +354,7 @@ class DockerSandbox:
             raise SandboxStartError(f"docker could not start the sandbox container: {e}") from e
         gpu = self._gpu_set.meter(started) if self._gpu_set is not None else None
         disk = self.disk_mb if self.runtime == "native" else None
-        return DockerProcess(self.api, cid, sock, limits, out_dir, parent, started, gpu, disk)
+        return DockerProcess(self.api, cid, sock, limits, out_dir, parent, started, gpu, disk, self.keep)
 
     def _in_image(
         self, mounts: list[Mount], argv: list[str], env: dict
@@ -392,8 +394,9 @@ class DockerProcess:
         started: float,
         gpu: GpuMeter | None = None,
         disk_mb: int | None = None,
+        keep: bool = False,
     ):
-        self._api, self.id, self._limits = api, cid, limits
+        self._api, self.id, self._limits, self._keep = api, cid, limits, keep
         self._disk_mb, self._disk_checked = disk_mb, 0.0
         self._gpu, self._gpu_pids = gpu, set()
         self._out_dir, self._parent, self._started = out_dir, parent, started
@@ -503,12 +506,17 @@ class DockerProcess:
                     self._killed = self._killed or "memory"  # the tree hit its memory cap
             except Exception:  # noqa: BLE001 (gone already: nothing more to learn)
                 pass
-            try:
-                self._api.remove_container(self.id, force=True)
-            except Exception as e:  # noqa: BLE001
-                log.warning("could not remove sandbox container %s: %s", self.id[:12], e)
+            if not self._keep:
+                self.remove()
             _remove_cgroup(self._parent)
             self._done.set()
+
+    def remove(self) -> None:
+        """Remove the container (done on exit, unless the sandbox keeps ended containers)."""
+        try:
+            self._api.remove_container(self.id, force=True)
+        except Exception as e:  # noqa: BLE001
+            log.warning("could not remove sandbox container %s: %s", self.id[:12], e)
 
     def _check_limits(self, deadline: float) -> None:
         self._cpu = max(self._cpu, _cgroup_cpu(self._parent) or 0.0)

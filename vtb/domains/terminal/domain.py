@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import random
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from vtb.config import TaskConfig
 from vtb.domains import common, salt
 from vtb.domains.registry import register_domain
-from vtb.domains.terminal import generator, loaders
+from vtb.domains.terminal import generator, images, loaders
 from vtb.domains.terminal.env import TerminalEpisode
 from vtb.domains.terminal.kit import datatools
 
@@ -39,9 +40,17 @@ WORKSPACE_README = """# Workspace of the agent system (terminal: shell tasks, gr
 """
 
 
+@dataclass
+class TerminalConfig(common.TrialsConfig):
+    # Tasks built from their Dockerfile (sandbox=docker): a base image -> a local one, for
+    # machines without a registry, e.g. {"python:3.13-slim": "vtb/hostroot:latest"}.
+    base_images: dict[str, str] = field(default_factory=dict)
+    build_network: str = "none"  # docker network of those builds; "host" lets RUN steps download
+
+
 @register_domain("terminal")
 class TerminalDomain(common.RowSystems):
-    config = common.TrialsConfig
+    config = TerminalConfig
     name, harnesses, readme, make_rows = (
         "terminal",
         HARNESSES,
@@ -90,13 +99,25 @@ class TerminalDomain(common.RowSystems):
     def episodes(self, data_dir: Path, split: str, task: TaskConfig, sandbox=None) -> list[TerminalEpisode]:
         if sandbox is None:
             raise ValueError("terminal episodes run commands: they need a sandbox")
+        tasks = self.split(data_dir, split)
+        built = {t["id"]: _image(t, sandbox, task) for t in tasks if "environment" in t}
         scratch = Path(tempfile.mkdtemp(prefix=f"vtb-terminal-{split}-"))
         trials = task.trials if split == "test" else task.val_trials
         return [
-            TerminalEpisode(t, trial, sandbox, scratch, task.max_steps_per_episode)
-            for t in self.split(data_dir, split)
+            TerminalEpisode(t, trial, sandbox, scratch, task.max_steps_per_episode, built.get(t["id"]))
+            for t in tasks
             for trial in range(trials)
         ]
+
+    def check_sandbox(self, data_dir: Path, backend: str) -> None:
+        """Refuse, at provisioning, tasks the backend would run with a missing environment."""
+        if backend == "docker":
+            return
+        built = [
+            t["id"] for n in ("pool", "val", "test") for t in self.split(data_dir, n) if "environment" in t
+        ]
+        if built:
+            raise ValueError(_needs_docker(built, backend))
 
     def metrics(self, episodes: list[TerminalEpisode], task: TaskConfig) -> dict:
         commands, done = sum(len(ep.history) for ep in episodes), sum(ep.finished for ep in episodes)
@@ -108,3 +129,21 @@ def _real_splits(task: TaskConfig) -> tuple[list[dict], list[dict], list[dict]]:
     if not task.path:
         raise ValueError("task.source=terminal_bench needs task.path=<folder of task folders>")
     return salt.cut_records(loaders.load_tasks(Path(task.path)), task)
+
+
+def _needs_docker(ids: list[str], backend: str) -> str:
+    shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+    return (
+        f"task {shown}: its environment is built from its Dockerfile (RUN / ADD / COPY steps beyond "
+        f"app/), which sandbox={backend} cannot build, so /app would start without its inputs. "
+        "Run it with sandbox=docker (the image is built offline, see task.base_images)"
+    )
+
+
+def _image(t: dict, sandbox, task: TerminalConfig) -> tuple[str, str]:
+    """(image tag, working dir) of a task built from its Dockerfile, built now when missing."""
+    if not hasattr(sandbox, "with_image"):
+        raise ValueError(_needs_docker([t["id"]], getattr(sandbox, "name", "?")))
+    tag = images.ensure_image(sandbox.api, t, dict(task.base_images), task.build_network)
+    workdir = (sandbox.api.inspect_image(tag).get("Config") or {}).get("WorkingDir") or "/"
+    return tag, workdir

@@ -17,7 +17,7 @@ from pathlib import Path
 from vtb.domains import common
 from vtb.domains.common import BackgroundGrade
 from vtb.domains.terminal import grading
-from vtb.domains.terminal.shell import ShellSession
+from vtb.domains.terminal.shell import ImageState, ShellSession
 from vtb.runner import protocol_message
 from vtb.sandbox.base import Limits, Sandbox
 
@@ -39,12 +39,23 @@ def materialize(files: dict, app_dir: Path) -> None:
 
 
 class TerminalEpisode:
-    def __init__(self, task: dict, trial: int, sandbox: Sandbox, scratch: Path, max_steps: int = MAX_STEPS):
+    def __init__(
+        self,
+        task: dict,
+        trial: int,
+        sandbox: Sandbox,
+        scratch: Path,
+        max_steps: int = MAX_STEPS,
+        image: tuple[str, str] | None = None,
+    ):
+        """`image`: (tag, working dir) of the task's own built image (images.py), else /app is a host folder."""
         self.task, self.trial, self.sandbox, self.max_steps = task, trial, sandbox, max_steps
         self.id = f"{task['id']}.t{trial}"
         self.folder = scratch / self.id
         self.app_dir = self.folder / "app"
-        materialize(task.get("files", {}), self.app_dir)
+        self.image = ImageState(sandbox, *image) if image else None
+        if self.image is None:
+            materialize(task.get("files", {}), self.app_dir)
         self.history: list[dict] = []  # {"command", "output", "exit_code", "timed_out"}
         self.finished = False  # the agent declared it done
         self.timeout = False  # out of steps or of the task's agent time
@@ -108,7 +119,7 @@ class TerminalEpisode:
                 memory_mb=MEMORY_MB,
                 max_processes=MAX_PROCESSES,
             )
-            self.shell = ShellSession(self.sandbox, self.app_dir, limits)
+            self.shell = ShellSession(self.sandbox, self.app_dir, limits, self.image)
         return self.shell.run(command, timeout=max(0.5, self._time_left()))
 
     def _close(self) -> None:
@@ -129,9 +140,14 @@ class TerminalEpisode:
             wall_seconds=limit, cpu_seconds=limit, memory_mb=MEMORY_MB, max_processes=MAX_PROCESSES
         )
         try:
-            return grading.run_tests(self.sandbox, self.app_dir, self.task, limits)
+            if self.image is None:
+                return grading.run_tests(self.sandbox, self.app_dir, self.task, limits)
+            state = self.image
+            return grading.run_tests(self.sandbox, None, self.task, limits, state.current, state.workdir)
         finally:
             shutil.rmtree(self.folder, ignore_errors=True)
+            if self.image is not None:
+                self.image.release()
 
     def reward(self) -> float:
         return 1.0 if grading.resolved(self.grade()[0]) else 0.0

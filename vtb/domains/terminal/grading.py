@@ -35,6 +35,7 @@ SKIP_RE = re.compile(r"^\[\d+\] (.+?:\d+): ")  # "SKIPPED [1] test_x.py:8: reaso
 SEVERITY = {"PASSED": 0, "SKIPPED": 1, "XFAIL": 1, "XPASS": 2, "FAILED": 3, "ERROR": 3}
 MESSAGE = " - "
 MAX_LOG_CHARS = 20000
+MAX_PARSED_CHARS = 1 << 20  # the end of a test log parsed for statuses (the summary is at the end)
 MAX_REWARD_BYTES = 4096  # a reward file holds one number
 TEST_ENV = {
     "PYTHONDONTWRITEBYTECODE": "1",
@@ -98,9 +99,20 @@ def resolved(statuses: dict[str, str]) -> bool:
     return "PASSED" in values and all(v == "PASSED" or v in NEUTRAL for v in values)
 
 
-def run_tests(sandbox: Sandbox, app_dir: Path, task: dict, limits: Limits) -> tuple[dict[str, str], str]:
+def run_tests(
+    sandbox: Sandbox,
+    app_dir: Path | None,
+    task: dict,
+    limits: Limits,
+    image: str | None = None,
+    workdir: str = "/app",
+) -> tuple[dict[str, str], str]:
     """Grade the state in `app_dir`; returns (statuses, log). Call after the agent's shell is closed.
 
+    `image`: a task built from its Dockerfile is graded in a fresh container from the state the
+    agent left (the final shell's snapshot, see shell.ImageState), with the tests mounted at
+    /tests only now, by the format's own rule: Terminal-Bench's `bash /tests/run-tests.sh` (or
+    pytest on test_outputs.py when the task has none), Harbor's `bash /tests/test.sh`.
     The wall limit is the task's max_test_timeout_sec; a killed run or a pytest exit code that
     contradicts an all-passed summary adds an "<...>": "ERROR" entry, so it never resolves.
     """
@@ -111,18 +123,27 @@ def run_tests(sandbox: Sandbox, app_dir: Path, task: dict, limits: Limits) -> tu
         tests.mkdir()
         logs.mkdir()
         write_files(task["tests"], tests)
-        mounts = runtime_mounts() + [Mount(tests, "/tests"), Mount(Path(app_dir), "/app", writable=True)]
-        if harbor:
-            argv = ["/bin/bash", "/tests/test.sh"]
-            mounts.append(Mount(logs, "/logs/verifier", writable=True))
-        else:
+        if image is None:
+            runner, cwd = sandbox, "/tests"
+            mounts = runtime_mounts() + [Mount(tests, "/tests"), Mount(Path(app_dir), "/app", writable=True)]
             argv = [sys.executable, "-P", "-m", "pytest", "/tests/test_outputs.py", "-rA"]
             argv += ["-p", "no:cacheprovider", "--rootdir=/tests", "--confcutdir=/tests", "-q"]
-        result = sandbox.run(argv, mounts=mounts, limits=limits, cwd="/tests", env=TEST_ENV)
+        else:
+            runner, cwd, mounts = sandbox.with_image(image), workdir, [Mount(tests, "/tests")]
+            logs.chmod(0o777)  # the image's own user writes the reward (the folder's parent is private)
+            if "run_tests" in task and not harbor:
+                (tests / "run-tests.sh").write_text(task["run_tests"])
+                argv = ["bash", "/tests/run-tests.sh"]
+            else:
+                argv = ["python3", "-m", "pytest", "/tests/test_outputs.py", "-rA", "-p", "no:cacheprovider"]
+        if harbor:
+            argv = ["bash", "/tests/test.sh"]
+            mounts.append(Mount(logs, "/logs/verifier", writable=True))
+        result = runner.run(argv, mounts=mounts, limits=limits, cwd=cwd, env=TEST_ENV)
         log = result.stdout[-MAX_LOG_CHARS:] + (
             "\n--- stderr ---\n" + result.stderr[-4000:] if result.stderr else ""
         )
-        statuses = _reward(logs) if harbor else parse_pytest_rA(result.stdout)
+        statuses = _reward(logs) if harbor else parse_pytest_rA(result.stdout[-MAX_PARSED_CHARS:])
     if result.killed:
         statuses[f"<killed: {result.killed}>"] = "ERROR"
         log += f"\n[tests killed: {result.killed} limit]"

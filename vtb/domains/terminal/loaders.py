@@ -20,16 +20,20 @@ Harbor / Terminal-Bench 2 folder::
     solution/solve.sh
     environment/         Dockerfile, and by our convention environment/app/ (the initial /app)
 
-Our convention for the initial files: with the bubblewrap backend a task's /app starts as a copy
-of `app/` (Terminal-Bench) or `environment/app/` (Harbor). A folder whose environment exists
-only as Dockerfile steps reads with empty "files"; it needs the docker backend to be faithful.
-Files must be UTF-8 text (the task dict is JSON); run-tests.sh is not read, because grading runs
-pytest itself (see grading.py).
+A task whose Dockerfile only names a base and copies `app/` to /app (the layout `write_task`
+writes) runs anywhere: /app starts as a copy of `app/` (Terminal-Bench) or `environment/app/`
+(Harbor). Any other Dockerfile builds an environment (`RUN`, `ADD`, a `COPY` of other files):
+the task then carries "environment" (its Dockerfile and build context, base64) and runs only
+on sandbox=docker, in the image built from it (vtb/domains/terminal/images.py), never with a
+silently empty /app. App files must be UTF-8 text; a Terminal-Bench run-tests.sh is kept as
+"run_tests" (built tasks run it, as Terminal-Bench does; the others run pytest themselves).
 """
 
 from __future__ import annotations
 
+import base64
 import os
+import re
 import stat
 import tomllib
 from pathlib import Path, PurePosixPath
@@ -45,6 +49,12 @@ RUN_TESTS = """#!/bin/bash
 python3 -m pytest "$TEST_DIR/test_outputs.py" -rA
 """
 DOCKERFILE = f"FROM {BASE_IMAGE}\nCOPY app/ /app/\nWORKDIR /app\n"
+# Dockerfile instructions that add no files: with only these (and `COPY app/ /app/`) the task's
+# environment is its app/ folder and runs on any backend.
+NO_FILES = {"FROM", "WORKDIR", "ENV", "LABEL", "CMD", "ENTRYPOINT", "USER", "ARG", "SHELL", "EXPOSE"}
+APP_COPY = re.compile(r"^COPY\s+(?:--\S+\s+)*\.?/?app/?\s+/app/?$", re.IGNORECASE)
+MAX_CONTEXT_BYTES = 64 << 20  # a build context held in the task dict (JSON, base64)
+NOT_CONTEXT = ("tests", "solution", "solution.sh", "solution.yaml", "run-tests.sh")  # never in the image
 
 
 def safe_relpath(rel: str) -> PurePosixPath:
@@ -150,6 +160,8 @@ def _read_terminal_bench(folder: Path) -> dict:
         test_timeout=meta.get("max_test_timeout_sec"),
         solution=solution,
         app=folder / "app",
+        dockerfile=folder / "Dockerfile",
+        run_tests=folder / "run-tests.sh",
     )
 
 
@@ -169,11 +181,25 @@ def _read_harbor(folder: Path) -> dict:
         test_timeout=config.get("verifier", {}).get("timeout_sec"),
         solution=_script_body(solve.read_text()) if solve.is_file() else "",
         app=folder / "environment" / "app",
+        dockerfile=folder / "environment" / "Dockerfile",
     )
 
 
-def _task(folder, fmt, *, instruction, meta, parser_name, agent_timeout, test_timeout, solution, app) -> dict:
-    return {
+def _task(
+    folder,
+    fmt,
+    *,
+    instruction,
+    meta,
+    parser_name,
+    agent_timeout,
+    test_timeout,
+    solution,
+    app,
+    dockerfile,
+    run_tests=None,
+) -> dict:
+    task = {
         "id": folder.name,
         "template": meta.get("template") or "external",
         "instruction": instruction,
@@ -188,6 +214,56 @@ def _task(folder, fmt, *, instruction, meta, parser_name, agent_timeout, test_ti
         "max_test_timeout_sec": _number(test_timeout, DEFAULT_TEST_TIMEOUT),
         "format": fmt,
     }
+    if dockerfile.is_file() and needs_build(_text(dockerfile)):
+        task["environment"] = _environment(dockerfile)
+        if run_tests is not None and run_tests.is_file():  # only a built task runs it
+            task["run_tests"] = _text(run_tests)
+    return task
+
+
+def needs_build(dockerfile: str) -> bool:
+    """Whether a Dockerfile adds files beyond `COPY app/ /app/` (so only its image is faithful)."""
+    for line in _instructions(dockerfile):
+        word = line.split(None, 1)[0].upper()
+        if word not in NO_FILES and not APP_COPY.match(line):
+            return True
+    return False
+
+
+def _instructions(dockerfile: str) -> list[str]:
+    """The Dockerfile's instructions, continuation lines joined, comments and blanks dropped."""
+    out, current = [], ""
+    for raw in dockerfile.splitlines():
+        line = raw.strip()
+        if not current and (not line or line.startswith("#")):
+            continue
+        current += line[:-1] + " " if line.endswith("\\") else line
+        if not line.endswith("\\"):
+            out.append(current.strip())
+            current = ""
+    return out + ([current.strip()] if current.strip() else [])
+
+
+def _environment(dockerfile: Path) -> dict:
+    """The task's Dockerfile and build context (its folder, minus tests and solutions), base64.
+
+    Links and special files in the context are refused: a build context is copied by the
+    engine, and a link would carry a host file into the image.
+    """
+    root = dockerfile.parent
+    context, total = {}, 0
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if rel.split("/", 1)[0] in NOT_CONTEXT or path.is_dir() and not path.is_symlink():
+            continue
+        if path.is_symlink() or not path.is_file():
+            raise ValueError(f"{path}: a link or special file in the task's build context (not supported)")
+        data = path.read_bytes()
+        total += len(data)
+        if total > MAX_CONTEXT_BYTES:
+            raise ValueError(f"{root}: build context over {MAX_CONTEXT_BYTES >> 20} MB")
+        context[rel] = {"b64": base64.b64encode(data).decode(), "mode": stat.S_IMODE(path.stat().st_mode)}
+    return {"dockerfile": dockerfile.name, "context": context}
 
 
 def _number(value, default: float) -> float | int:

@@ -34,15 +34,53 @@ QUEUE_CHUNKS = 256  # unread output held at most (a background `yes &` then bloc
 CLOSE_WAIT_S = 5.0
 RESTART_NOTE = "[the previous shell was killed or exited; a new shell started in /app]\n"
 SHELL_ENV = {"HOME": "/app", "PS1": "", "TERM": "dumb"}
+IMAGE_SHELL_ENV = {"PS1": "", "TERM": "dumb", "TEST_DIR": "/tests"}  # a built image keeps its HOME
+
+
+class ImageState:
+    """Where the shells of a task built from its Dockerfile start: its image, then what the last one left.
+
+    Such a task's /app and everything else live in the container's own layer, not in a host
+    folder, so a shell that ends (killed at a timeout, or by its own `exit`) is snapshotted
+    (files, no processes) and the next shell, and the hidden tests, start from that snapshot.
+    `release()` removes the snapshots once the tests ran.
+    """
+
+    def __init__(self, sandbox, image: str, workdir: str = "/app") -> None:
+        self.sandbox, self.image, self.current, self.workdir = sandbox, image, image, workdir
+        self._snapshots: list[str] = []
+
+    def shell_sandbox(self):
+        return self.sandbox.with_image(self.current, keep=True)
+
+    def keep(self, proc) -> None:
+        """The ended shell's container becomes the state the next one starts from."""
+        try:
+            ref = self.sandbox.snapshot(proc)
+            self._snapshots.append(ref)
+            self.current = ref
+        finally:
+            proc.remove()
+
+    def release(self) -> None:
+        for ref in reversed(self._snapshots):
+            self.sandbox.remove_image(ref)
+        self._snapshots.clear()
 
 
 class ShellSession:
-    """One episode's shell; `run()` commands, then `close()` for the charges."""
+    """One episode's shell; `run()` commands, then `close()` for the charges.
 
-    def __init__(self, sandbox: Sandbox, app_dir: Path, limits: Limits) -> None:
+    `image`: the task runs in its own built image (ImageState) instead of a host /app folder.
+    """
+
+    def __init__(
+        self, sandbox: Sandbox, app_dir: Path | None, limits: Limits, image: ImageState | None = None
+    ) -> None:
         self.sandbox = sandbox
-        self.app_dir = Path(app_dir)
+        self.app_dir = Path(app_dir) if app_dir is not None else None
         self.limits = limits
+        self.image = image
         self.dead = True
         self.results: list[SandboxResult] = []
         self._proc: SandboxProcess | None = None
@@ -66,9 +104,13 @@ class ShellSession:
         )
         if limits.wall_seconds <= 0 or limits.cpu_seconds <= 0:
             return  # the episode's limits are spent: stay dead
-        mounts = runtime_mounts() + [Mount(self.app_dir, "/app", writable=True)]
         argv = ["/bin/bash", "--noprofile", "--norc"]
-        self._proc = self.sandbox.start(argv, mounts=mounts, limits=limits, cwd="/app", env=SHELL_ENV)
+        if self.image is not None:  # the image's own programs, HOME and /app
+            sandbox, mounts, cwd, env = self.image.shell_sandbox(), [], self.image.workdir, IMAGE_SHELL_ENV
+        else:
+            sandbox, cwd, env = self.sandbox, "/app", SHELL_ENV
+            mounts = runtime_mounts() + [Mount(self.app_dir, "/app", writable=True)]
+        self._proc = sandbox.start(argv, mounts=mounts, limits=limits, cwd=cwd, env=env)
         self._lines = queue.Queue(QUEUE_CHUNKS)
         self._pump = threading.Thread(target=_pump, args=(self._proc.stdout, self._lines), daemon=True)
         self._pump.start()
@@ -139,6 +181,8 @@ class ShellSession:
                 time.sleep(0.01)
         proc.kill(reason)
         self.results.append(proc.wait(timeout=10))
+        if self.image is not None:
+            self.image.keep(proc)
         end = time.monotonic() + 2.0  # drain, so a pump blocked on a full queue sees EOF and ends
         while self._pump is not None and self._pump.is_alive() and time.monotonic() < end:
             try:

@@ -1,0 +1,125 @@
+"""Terminal-Bench and Harbor tasks whose environment exists only in their Dockerfile.
+
+Each task's /app input comes only through a `COPY` in its Dockerfile (FROM a public base image,
+mapped to the local vtb/hostroot, as an offline machine would). On docker the image is built
+from the Dockerfile, the gold solution resolves and doing nothing does not; on bwrap such a task
+is refused at provisioning and at play, never started with an empty /app. The agent's state
+outlives a shell that exits, and what it plants for the tests does not count.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import sandbox_backend
+from tests.test_native_image import HOSTROOT, hostroot_image
+from vtb.domains.registry import get_domain
+from vtb.domains.terminal import images
+from vtb.domains.terminal.domain import TerminalConfig
+from vtb.domains.terminal.env import TerminalEpisode
+from vtb.domains.terminal.loaders import read_task
+
+BASES = {"python:3.13-slim": HOSTROOT, "ubuntu:24.04": HOSTROOT}
+
+TB_TASK = {
+    "task.yaml": "instruction: Count the lines of /app/data.txt into /app/count.txt.\nmax_test_timeout_sec: 30\n",
+    "Dockerfile": "FROM python:3.13-slim\nWORKDIR /app\nCOPY data.txt /app/data.txt\nRUN chmod 0644 /app/data.txt\n",
+    "data.txt": "a\nb\nc\n",
+    "run-tests.sh": "#!/bin/bash\ncd $TEST_DIR && python3 -m pytest test_outputs.py -rA -p no:cacheprovider\n",
+    "tests/test_outputs.py": """
+        from pathlib import Path
+
+        def test_count():
+            assert Path("/app/count.txt").read_text().strip() == "3"
+        """,
+    "solution.sh": "#!/bin/bash\nwc -l < /app/data.txt > /app/count.txt\n",
+}
+HARBOR_TASK = {
+    "task.toml": "[verifier]\ntimeout_sec = 30.0\n[agent]\ntimeout_sec = 60.0\n",
+    "instruction.md": "Sum the numbers in /app/input.csv into /app/sum.txt.\n",
+    "environment/Dockerfile": "FROM ubuntu:24.04\nWORKDIR /app\nCOPY input.csv /app/input.csv\n",
+    "environment/input.csv": "2\n3\n5\n",
+    "solution/solve.sh": "#!/bin/bash\npython3 -c \"print(sum(map(int, open('/app/input.csv'))))\" > /app/sum.txt\n",
+    "tests/test.sh": """
+        #!/bin/bash
+        if [ "$(cat /app/sum.txt 2>/dev/null)" = "10" ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt
+        """,
+}
+
+
+def _folder(root: Path, name: str, files: dict) -> Path:
+    for rel, text in files.items():
+        path = root / name / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip())
+    return root / name
+
+
+@pytest.fixture(params=["tb", "harbor"])
+def task(request, tmp_path) -> dict:
+    files = TB_TASK if request.param == "tb" else HARBOR_TASK
+    return read_task(_folder(tmp_path, f"{request.param}-copy-only", files))
+
+
+def _play(sandbox, task: dict, tmp_path: Path, commands: list[str]) -> TerminalEpisode:
+    cfg = TerminalConfig(name="terminal", base_images=BASES)
+    tag = images.ensure_image(sandbox.api, task, cfg.base_images)
+    workdir = sandbox.api.inspect_image(tag)["Config"]["WorkingDir"]
+    ep = TerminalEpisode(task, 0, sandbox, tmp_path / "scratch", image=(tag, workdir))
+    for command in commands:
+        ep.step({"type": "shell", "command": command})
+    ep.step({"type": "answer"})
+    return ep
+
+
+def test_the_input_is_only_in_the_dockerfile(task):
+    assert task["files"] == {} and "environment" in task
+    assert not any(rel.startswith(("tests", "solution")) for rel in task["environment"]["context"])
+
+
+@pytest.mark.docker
+def test_gold_resolves_and_nothing_does_not_on_docker(task, tmp_path):
+    hostroot_image()
+    sandbox = sandbox_backend("docker")
+    gold = _play(sandbox, task, tmp_path / "gold", [task["solution"]])
+    assert gold.reward() == 1.0, gold.record()
+    assert _play(sandbox, task, tmp_path / "nothing", []).reward() == 0.0
+
+
+@pytest.mark.docker
+def test_the_state_outlives_a_shell_that_exits_and_planted_tests_do_not_count(task, tmp_path):
+    hostroot_image()
+    sandbox = sandbox_backend("docker")
+    plant = (
+        "mkdir -p /tests && printf 'def test_ok():\\n    pass\\n' > /tests/test_outputs.py"
+        " && printf '#!/bin/bash\\necho 1 > /logs/verifier/reward.txt\\n' > /tests/test.sh; exit 3"
+    )
+    ep = _play(sandbox, task, tmp_path / "plant", [plant, "ls /tests"])
+    assert "test_outputs.py" in ep.history[1]["output"], ep.history  # the second shell saw the state
+    assert ep.reward() == 0.0, ep.record()
+
+
+@pytest.mark.docker
+def test_a_missing_base_image_names_it_and_the_mapping(task, tmp_path):
+    sandbox = sandbox_backend("docker")
+    with pytest.raises(images.BuildError, match=r"(python:3\.13-slim|ubuntu:24\.04).*task\.base_images"):
+        images.ensure_image(sandbox.api, task, {})
+
+
+def test_bwrap_refuses_such_a_task_at_provisioning_and_at_play(task, tmp_path):
+    domain = get_domain("terminal")
+    data = tmp_path / "data"
+    (data / "hidden").mkdir(parents=True)
+    (data / "research").mkdir()
+    (data / "research" / "pool.jsonl").write_text("")
+    (data / "hidden" / "val.jsonl").write_text("")
+    (data / "hidden" / "test.jsonl").write_text(json.dumps(task) + "\n")
+    with pytest.raises(ValueError, match=rf"{task['id']}.*sandbox=docker"):
+        domain.check_sandbox(data, "bwrap")
+    domain.check_sandbox(data, "docker")
+    with pytest.raises(ValueError, match=rf"{task['id']}.*sandbox=docker"):
+        domain.episodes(data, "test", TerminalConfig(name="terminal"), sandbox_backend("bwrap"))
