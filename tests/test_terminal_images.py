@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import sandbox_backend
 from tests.test_native_image import HOSTROOT, hostroot_image
 from vtb.domains.registry import get_domain
-from vtb.domains.terminal import images
+from vtb.domains.terminal import grading, images
 from vtb.domains.terminal.domain import TerminalConfig
 from vtb.domains.terminal.env import TerminalEpisode
 from vtb.domains.terminal.loaders import read_task
@@ -123,3 +123,38 @@ def test_bwrap_refuses_such_a_task_at_provisioning_and_at_play(task, tmp_path):
     domain.check_sandbox(data, "docker")
     with pytest.raises(ValueError, match=rf"{task['id']}.*sandbox=docker"):
         domain.episodes(data, "test", TerminalConfig(name="terminal"), sandbox_backend("bwrap"))
+
+
+# Built tasks' tests share the agent's filesystem (as in Terminal-Bench), so an agent can try to
+# forge them through the runner itself. Each of these makes one format's tests pass without the
+# work when nothing checks the final state (the control below shows it).
+FORGERIES = {
+    "python3 prints a pass": (
+        'printf \'#!/bin/sh\\necho "=== short test summary info ==="\\necho "PASSED test_outputs.py::test_count"\\n\''
+        " > $(readlink -f $(which python3))"
+    ),
+    "cat prints the answer": "printf '#!/bin/sh\\necho 10\\n' > $(readlink -f $(which cat))",
+    "a .pth that fakes the file": (
+        "echo 'import pathlib; pathlib.Path.read_text = lambda self, *a, **k: \"3\"'"
+        " > /usr/lib/python3/dist-packages/zz.pth"
+    ),
+    "a bash earlier on PATH": "mkdir -p /usr/local/bin && printf '#!/bin/sh\\necho 1 > /logs/verifier/reward.txt\\n' > /usr/local/bin/bash && chmod +x /usr/local/bin/bash",
+}
+
+
+@pytest.mark.docker
+def test_forging_the_test_runner_is_never_a_pass(task, tmp_path, monkeypatch):
+    hostroot_image()
+    sandbox = sandbox_backend("docker")
+    for name, forge in FORGERIES.items():
+        ep = _play(sandbox, task, tmp_path / name.replace(" ", "-"), [forge])
+        assert ep.reward() == 0.0, (name, ep.record())
+        assert "<changed the test runner's files>" in ep.grade()[0], (name, ep.grade())
+    # The control: without the check, some forgery passes for this format.
+    monkeypatch.setattr(grading, "runner_tampering", lambda changes: [])
+    forged = [
+        n
+        for n, f in FORGERIES.items()
+        if _play(sandbox, task, tmp_path / f"u-{hash(n)}", [f]).reward() == 1.0
+    ]
+    assert forged, "no forgery works even unchecked: the test shows nothing"

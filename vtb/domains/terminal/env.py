@@ -143,7 +143,9 @@ class TerminalEpisode:
             if self.image is None:
                 return grading.run_tests(self.sandbox, self.app_dir, self.task, limits)
             state = self.image
-            return grading.run_tests(self.sandbox, None, self.task, limits, state.current, state.workdir)
+            return grading.run_tests(
+                self.sandbox, None, self.task, limits, state.current, state.workdir, state.changes
+            )
         finally:
             shutil.rmtree(self.folder, ignore_errors=True)
             if self.image is not None:

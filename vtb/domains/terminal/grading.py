@@ -21,7 +21,7 @@ import math
 import re
 import sys
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from vtb import safefs
 from vtb.domains.terminal.loaders import write_files
@@ -99,6 +99,39 @@ def resolved(statuses: dict[str, str]) -> bool:
     return "PASSED" in values and all(v == "PASSED" or v in NEUTRAL for v in values)
 
 
+# What a built task's tests run on (they share the agent's filesystem, as in Terminal-Bench):
+# changing or deleting an existing file here, or adding one of these names, forges the run.
+RUNNER_TREES = ("/usr/", "/bin/", "/sbin/", "/lib/", "/lib64/", "/opt/", "/etc/ld.so.")
+RUNNER_NAMES = re.compile(
+    r"(^|/)(sitecustomize\.py|usercustomize\.py|conftest\.py|[^/]*\.pth|pytest\.ini|tox\.ini|setup\.cfg"
+    r"|pyproject\.toml)$|/(_pytest|pytest|pluggy|py)(\.py|/|$)|/s?bin/(bash|sh|python[0-9.]*|pytest|py\.test|env|uv|uvx)$"
+)
+MODIFIED, ADDED, DELETED = 0, 1, 2  # docker's diff kinds
+
+
+def runner_tampering(changes: list[dict]) -> list[str]:
+    """The paths in a built task's final layer that alter what its tests run with.
+
+    Files the agent adds elsewhere are its work (a `pip install` adds files under /usr);
+    a file it changes or deletes under the system trees, or a name that Python, pytest or the
+    shell picks up by itself (a .pth, a conftest.py, a bash earlier on PATH), is not. A
+    directory shows as modified when something in it changes: those are skipped. (A package
+    whose install adds a .pth file is refused too: here it cannot be told from a forgery.)
+    """
+    changes = [c for c in changes if isinstance(c, dict)]
+    parents = {p for c in changes for p in PurePosixPath(str(c.get("Path", ""))).parents}
+    out = []
+    for c in changes:
+        path, kind = str(c.get("Path", "")), c.get("Kind")
+        if PurePosixPath(path) in parents:
+            continue
+        if RUNNER_NAMES.search(path) and kind in (ADDED, MODIFIED):
+            out.append(path)
+        elif path.startswith(RUNNER_TREES) and kind in (MODIFIED, DELETED):
+            out.append(path)
+    return sorted(set(out))
+
+
 def run_tests(
     sandbox: Sandbox,
     app_dir: Path | None,
@@ -106,6 +139,7 @@ def run_tests(
     limits: Limits,
     image: str | None = None,
     workdir: str = "/app",
+    changes: list[dict] | None = None,
 ) -> tuple[dict[str, str], str]:
     """Grade the state in `app_dir`; returns (statuses, log). Call after the agent's shell is closed.
 
@@ -114,8 +148,13 @@ def run_tests(
     /tests only now, by the format's own rule: Terminal-Bench's `bash /tests/run-tests.sh` (or
     pytest on test_outputs.py when the task has none), Harbor's `bash /tests/test.sh`.
     The wall limit is the task's max_test_timeout_sec; a killed run or a pytest exit code that
-    contradicts an all-passed summary adds an "<...>": "ERROR" entry, so it never resolves.
+    contradicts an all-passed summary adds an "<...>": "ERROR" entry, so it never resolves; so
+    does a final state that tampered with the test runner (`changes`: runner_tampering).
     """
+    tampered = runner_tampering(changes or [])
+    if tampered:
+        shown = ", ".join(tampered[:5]) + (" ..." if len(tampered) > 5 else "")
+        return {"<changed the test runner's files>": "ERROR"}, f"[tests not run: the agent changed {shown}]"
     limits = dataclasses.replace(limits, wall_seconds=float(task.get("max_test_timeout_sec", 30)))
     harbor = task.get("format") == "harbor"
     with tempfile.TemporaryDirectory(prefix="vtb-grade-") as tmp:

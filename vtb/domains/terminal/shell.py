@@ -49,6 +49,7 @@ class ImageState:
     def __init__(self, sandbox, image: str, workdir: str = "/app") -> None:
         self.sandbox, self.image, self.current, self.workdir = sandbox, image, image, workdir
         self._snapshots: list[str] = []
+        self.changes: list[dict] = []  # docker's diff of every shell's layer: {"Path", "Kind"}
 
     def shell_sandbox(self):
         return self.sandbox.with_image(self.current, keep=True)
@@ -56,6 +57,7 @@ class ImageState:
     def keep(self, proc) -> None:
         """The ended shell's container becomes the state the next one starts from."""
         try:
+            self.changes += self.sandbox.api.diff(proc.id) or []
             ref = self.sandbox.snapshot(proc)
             self._snapshots.append(ref)
             self.current = ref
