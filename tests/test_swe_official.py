@@ -413,9 +413,36 @@ def test_a_symlink_patch_or_a_flood_of_output_costs_only_the_instance(
     link = "diff --git a/evil b/evil\nnew file mode 120000\n--- /dev/null\n+++ b/evil\n@@ -0,0 +1 @@\n+/etc/shadow\n"
     report, _ = grade(fixture_repo, api, tmp_path, link, name="link")
     assert report["resolved"] is False and "unsafe" in report["error"]
-    flood = diff(fixture_repo["repo"], "calc.py", "print('x' * 12_000_000)\n" + BUGGY)
+    flood = diff(
+        fixture_repo["repo"],
+        "calc.py",
+        "import atexit\natexit.register(lambda: print(('x' * 99 + '\\n') * 120_000))\n" + BUGGY,
+    )
     report, log_dir = grade(fixture_repo, api, tmp_path, flood, name="flood")
     assert report["resolved"] is False
     for name in ("test_output.txt", "run_instance.log"):
         path = log_dir / name
-        assert not path.exists() or path.stat().st_size < 3 * official.MAX_TEST_LOG
+        assert path.stat().st_size < 2.5 * official.MAX_TEST_LOG
+    assert "characters cut" in (log_dir / "test_output.txt").read_text()  # 12 MB of it, bounded
+
+
+@pytest.mark.docker
+def test_a_hung_test_run_is_the_instances_error_and_a_missing_image_is_named(
+    fixture_repo, official_image, api, tmp_path
+):
+    hang = diff(fixture_repo["repo"], "calc.py", "import time\ntime.sleep(600)\n" + BUGGY)
+    pred = {"instance_id": IID, "model_name_or_path": "m", "model_patch": hang}
+    short = Limits(wall_seconds=6, cpu_seconds=60, memory_mb=1024, max_processes=256)
+    report = official.grade_official(fixture_repo["instance"], pred, api, tmp_path / "hang", short)[IID]
+    assert report["resolved"] is False and report["error"].startswith("killed: wall")
+    absent = {
+        **fixture_repo["instance"],
+        "instance_id": "absent__absent-1",
+        "image": "sweb.eval.x86_64.absent__absent-1:latest",
+    }
+    with pytest.raises(
+        official.ImageUnavailable, match=r"image sweb\.eval\.x86_64\.absent__absent-1:latest is not here"
+    ):
+        official.grade_official(
+            absent, {**pred, "instance_id": "absent__absent-1"}, api, tmp_path / "absent", LIMITS
+        )
