@@ -66,8 +66,8 @@ def task(request, tmp_path) -> dict:
 
 
 def _play(sandbox, task: dict, tmp_path: Path, commands: list[str]) -> TerminalEpisode:
-    cfg = TerminalConfig(name="terminal", base_images=BASES)
-    tag = images.ensure_image(sandbox.api, task, cfg.base_images)
+    cfg = TerminalConfig(name="terminal", base_images=[f"{k}={v}" for k, v in BASES.items()])
+    tag = images.ensure_image(sandbox.api, task, cfg.base_map())
     workdir = sandbox.api.inspect_image(tag)["Config"]["WorkingDir"]
     ep = TerminalEpisode(task, 0, sandbox, tmp_path / "scratch", image=(tag, workdir))
     for command in commands:

@@ -42,10 +42,26 @@ WORKSPACE_README = """# Workspace of the agent system (terminal: shell tasks, gr
 
 @dataclass
 class TerminalConfig(common.TrialsConfig):
-    # Tasks built from their Dockerfile (sandbox=docker): a base image -> a local one, for
-    # machines without a registry, e.g. {"python:3.13-slim": "vtb/hostroot:latest"}.
-    base_images: dict[str, str] = field(default_factory=dict)
+    # Tasks built from their Dockerfile (sandbox=docker): "<base>=<local image>" entries that map
+    # a Dockerfile's base to one this machine has, e.g. ["python:3.13-slim=vtb/hostroot:latest"].
+    base_images: list[str] = field(default_factory=list)
     build_network: str = "none"  # docker network of those builds; "host" lets RUN steps download
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.base_map()  # a malformed entry fails when the config is built, not at the first build
+
+    def base_map(self) -> dict[str, str]:
+        out = {}
+        for entry in self.base_images:
+            base, sep, local = str(entry).partition("=")
+            if not sep or not base.strip() or not local.strip():
+                raise ValueError(
+                    f"task.base_images entry {entry!r} is not '<base>=<local image>' "
+                    "(e.g. task.base_images='[\"python:3.13-slim=vtb/hostroot:latest\"]')"
+                )
+            out[base.strip()] = local.strip()
+        return out
 
 
 @register_domain("terminal")
@@ -144,6 +160,6 @@ def _image(t: dict, sandbox, task: TerminalConfig) -> tuple[str, str]:
     """(image tag, working dir) of a task built from its Dockerfile, built now when missing."""
     if not hasattr(sandbox, "with_image"):
         raise ValueError(_needs_docker([t["id"]], getattr(sandbox, "name", "?")))
-    tag = images.ensure_image(sandbox.api, t, dict(task.base_images), task.build_network)
+    tag = images.ensure_image(sandbox.api, t, task.base_map(), task.build_network)
     workdir = (sandbox.api.inspect_image(tag).get("Config") or {}).get("WorkingDir") or "/"
     return tag, workdir

@@ -84,7 +84,7 @@ def _build(api, task: dict, tag: str, base_images: dict[str, str], network: str)
         raise BuildError(
             f"task {task['id']}: its Dockerfile starts FROM {', '.join(missing)}, which this Docker Engine "
             "does not have and a build here does not pull. Pre-load it (`docker pull` / `docker load -i`), "
-            "or map it to a local image: task.base_images='{" + missing[0] + ": vtb/hostroot:latest}' "
+            f"or map it to a local image: task.base_images='[\"{missing[0]}=vtb/hostroot:latest\"]' "
             "(scripts/build_images.sh hostroot builds that one offline)"
         )
     context = _context_tar(env, dockerfile)

@@ -100,8 +100,18 @@ def write_task(task: dict, folder: Path) -> None:
     (folder / "task.yaml").write_text(yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=1000))
     _write_exec(folder / "run-tests.sh", RUN_TESTS)
     _write_exec(folder / "solution.sh", f"#!/bin/bash\n{task['solution']}\n")
-    (folder / "Dockerfile").write_text(DOCKERFILE)
     write_files(task["tests"], folder / "tests")
+    if "environment" in task:  # built from its own Dockerfile: its context as it was read
+        env = task["environment"]
+        for rel, spec in env["context"].items():
+            path = folder / safe_relpath(rel)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(base64.b64decode(spec["b64"]))
+            os.chmod(path, int(spec.get("mode", 0o644)) & 0o777)
+        if "run_tests" in task:
+            _write_exec(folder / "run-tests.sh", task["run_tests"])
+        return
+    (folder / "Dockerfile").write_text(DOCKERFILE)
     write_app(task, folder / "app")
 
 
