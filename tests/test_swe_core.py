@@ -647,3 +647,26 @@ def test_generated_instances_load_back(instances, tmp_path):
     loaded = loaders.load_instances(str(path))
     assert [i["FAIL_TO_PASS"] for i in loaded] == [json.loads(i["FAIL_TO_PASS"]) for i in instances]
     assert grading.decode_test_ids(loaded[0]["PASS_TO_PASS"]) == json.loads(instances[0]["PASS_TO_PASS"])
+
+
+def test_real_instances_in_the_bench_stop_with_the_way_to_grade_them(tmp_path):
+    """Real instances are read and checked, then refused with the command that does grade them."""
+    from vtb.compose import compose_config
+    from vtb.domains.registry import get_domain
+
+    record = {
+        "instance_id": "octo__repo-1",
+        "repo": "octo/repo",
+        "base_commit": "a" * 40,
+        "patch": "",
+        "test_patch": "",
+        "problem_statement": "it breaks",
+        "FAIL_TO_PASS": '["t::a"]',
+        "PASS_TO_PASS": "[]",
+    }
+    path = tmp_path / "verified.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    for backend in ("bwrap", "docker"):
+        cfg = compose_config(["task=swe", "task.source=swe_bench", f"task.path={path}", f"sandbox={backend}"])
+        with pytest.raises(ValueError, match=r"read 1 instances.*vtb\.domains\.swe\.evaluate"):
+            get_domain("swe").provision(cfg.task, tmp_path / backend)

@@ -144,7 +144,9 @@ def _real_splits(task: TaskConfig) -> tuple[list[dict], list[dict], list[dict]]:
         )
     instances = loaders.load_instances(task.path)
     raise ValueError(
-        f"task.source=swe_bench: read {len(instances)} instances from {task.path}, but a real instance "
-        "needs its repository and environment, which the official SWE-bench harness images provide: "
-        "run it with sandbox=docker (README, 'Real SWE-bench'); sandbox=bwrap runs the embedded instances"
+        f"task.source=swe_bench: read {len(instances)} instances from {task.path}, but the bench cannot "
+        "play real instances yet (their episodes need the official images' repositories, on any backend). "
+        "To grade existing predictions on the official images: python -m vtb.domains.swe.evaluate "
+        f"--predictions <predictions.jsonl> --dataset {task.path} (README, 'Real benchmarks'); "
+        "task.source=embedded runs the bench on the generated instances"
     )
