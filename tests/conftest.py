@@ -8,6 +8,7 @@ import os
 import shutil
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -87,6 +88,21 @@ def small_overrides(tmp_path, agent: str = "greedy", seed: int = 0, *extra: str)
     iters = ["agent.max_iterations=3"] if agent == "greedy" else []
     paths = [f"runs_dir={tmp_path / 'runs'}", f"cache_dir={tmp_path / 'cache'}"]
     return [*SMALL_OVERRIDES, f"agent={agent}", f"seed={seed}", *iters, *paths, *extra]
+
+
+GREEDY_EXTRA = ("reference=true", "null_model_check=true", "base_model_check=true")
+
+
+@pytest.fixture(scope="session")
+def greedy_run(tmp_path_factory, prefect_server):
+    """One small greedy bench on bwrap, shared by the tests that read a whole run (e2e, backends)."""
+    from flows.bench import run_bench
+
+    tmp = tmp_path_factory.mktemp("greedy")
+    cfg = small_config(tmp, "greedy", 0, *GREEDY_EXTRA)
+    start = time.monotonic()
+    result = run_bench(cfg)
+    return cfg, result, time.monotonic() - start
 
 
 def small_config(tmp_path, agent: str = "greedy", seed: int = 0, *extra: str) -> BenchConfig:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import needs_bwrap, small_config, small_overrides
+from tests.conftest import GREEDY_EXTRA, needs_bwrap, small_overrides
 
 pytestmark = [pytest.mark.slow, needs_bwrap()]
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,20 +30,6 @@ def _headline(result: dict) -> dict:
     out = {k: result[k] for k in keep}
     out["flops"] = result["budget"]["flops"]
     return out
-
-
-GREEDY_EXTRA = ("reference=true", "null_model_check=true", "base_model_check=true")
-
-
-@pytest.fixture(scope="module")
-def greedy_run(tmp_path_factory, prefect_server):
-    from flows.bench import run_bench
-
-    tmp = tmp_path_factory.mktemp("greedy")
-    cfg = small_config(tmp, "greedy", 0, *GREEDY_EXTRA)
-    start = time.monotonic()
-    result = run_bench(cfg)
-    return cfg, result, time.monotonic() - start
 
 
 def test_run_record_is_complete(greedy_run):
