@@ -28,6 +28,7 @@ def _instance(base: dict, k: int) -> dict:
         **base,
         "instance_id": iid,
         "repo": f"vtb-test/calc{k}",
+        "problem_statement": f"{base['problem_statement']} in calc.py (report {k})",
         "image": f"sweb.eval.x86_64.{iid}:latest",
     }
 
@@ -218,3 +219,7 @@ def test_a_shrunk_bench_on_real_schema_instances_writes_swe_bench_reports(
     for path in reports:
         ((iid, report),) = json.loads(path.read_text()).items()
         assert iid in {i["instance_id"] for i in instances} and not report["resolved"]
+    samples = json.loads((run_dir / "grading.json").read_text())["submitted"]["samples"]
+    assert len(samples) == 2
+    outputs = [h["output"] for s in samples for h in s["history"]]
+    assert any("return a - b" in out for out in outputs), samples  # the harness read /testbed/calc.py

@@ -130,6 +130,23 @@ class SweDomain(common.RowSystems):
             return [SweEpisode(i, sandbox, scratch) for i in instances]
         return [shell_episode(i, sandbox, scratch, task) for i in instances]
 
+    def check_sandbox(self, data_dir: Path, backend: str) -> None:
+        """Refuse, at provisioning, real instances on a backend that cannot run their images."""
+        if backend == "docker":
+            return
+        real_ids = [
+            i["instance_id"]
+            for n in ("pool", "val", "test")
+            for i in self.split(data_dir, n)
+            if "files" not in i
+        ]
+        if real_ids:
+            shown = ", ".join(real_ids[:3]) + (f" and {len(real_ids) - 3} more" if len(real_ids) > 3 else "")
+            raise ValueError(
+                f"swe_bench instances ({shown}) run in their official SWE-bench images: use sandbox=docker "
+                f"(not sandbox={backend}); to grade existing predictions: python -m vtb.domains.swe.evaluate"
+            )
+
     def write_initial_system(
         self, ws: Path, task: TaskConfig, trainer: TrainerConfig, data_dir: Path
     ) -> None:
