@@ -132,6 +132,9 @@ def test_real_rows_and_pretraining_texts_need_no_files(fixture_repo):  # noqa: F
     rows = datatools.make_rows([fixture_repo["instance"]], 4, 0, flawed=0.0)
     assert rows and all(r["completion"] == "cat calc.py\n" for r in rows)
     assert rows[0]["prompt"].startswith("issue: ")
+    by_prompt = datatools.index([fixture_repo["instance"]])
+    assert all(datatools.is_correct(r, by_prompt) for r in rows)
+    assert not datatools.is_correct({**rows[0], "completion": "cat tests/test_calc.py\n"}, by_prompt)
 
 
 # --- docker -------------------------------------------------------------------------------------
@@ -142,13 +145,17 @@ def test_a_gold_fix_made_with_shell_commands_resolves(instances, fixture_repo, t
         _episode(instances[0], tmp_path),
         [
             {"type": "shell", "command": f"cat > /tmp/fix.diff <<'VTB_EOF'\n{gold}VTB_EOF"},
-            {"type": "shell", "command": "git apply /tmp/fix.diff && git status --short"},
+            {
+                "type": "shell",
+                "command": "git apply /tmp/fix.diff && printf 'n\\n' > NOTES.txt && git status --short",
+            },
         ],
     )
     report = ep.grade()[0][instances[0]["instance_id"]]
     assert report["resolved"], ep.record()
     assert "calc.py" in ep.history[1]["output"]
-    assert "return a * b" in ep.prediction()["model_patch"]
+    patch = ep.prediction()["model_patch"]
+    assert "return a * b" in patch and "b/NOTES.txt" in patch  # new files are part of the diff
 
 
 @pytest.mark.docker

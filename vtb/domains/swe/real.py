@@ -1,12 +1,14 @@
 """Real SWE-bench instances in the bench: their splits, and shell episodes in their official images.
 
-Splits. SWE-bench (Verified) is a test set, so `task.path` is the test split. Pool and val come
-from other SWE-bench-schema files when given (`task.pool_path`, `task.val_path`: e.g. SWE-bench's
-dev split or SWE-Gym); a split not given is cut from task.path the documented way
-(salt.cut_records: val = the first n_val of the public data_seed shuffle, test = n_test of the
-rest by the salted seed, the pool what is left). The three are checked disjoint by instance_id
-AND by (repo, base_commit): two ids on one commit of one repository would let a pool gold patch
-leak a test instance's repository state; the error names the overlapping ids.
+Splits. SWE-bench (Verified) is a test set, so `task.path` is the test split. With
+`task.pool_path` (e.g. SWE-gym, or SWE-bench's dev split) the whole of task.path is graded, the
+pool is that file (its first n_pool), and val is `task.val_path`'s first n_val or, without it, the
+first n_val of the pool's public data_seed shuffle (val_path without pool_path is refused: the
+pool is never cut from the test file). With neither, the three are a fixed cut of task.path
+(salt.cut_records: val = the first n_val of the data_seed shuffle, test = n_test of the rest by
+the salted seed, the pool what is left). The three are checked disjoint by instance_id AND by
+(repo, base_commit): two ids on one commit of one repository would let a pool instance's gold
+patch describe a test instance's repository; the error names the overlapping ids.
 
 Episodes. As mini-swe-agent plays SWE-bench: the harness gets the repository name and the problem
 statement only (an allow-list; never patch, test_patch, FAIL_TO_PASS or PASS_TO_PASS), and acts
@@ -35,6 +37,7 @@ MAX_PATCH_CHARS = 1 << 20  # a prediction longer than this is cut off (and will 
 DIFF_LIMITS = Limits(wall_seconds=60, cpu_seconds=60, memory_mb=1024, max_processes=64)
 GRADE_LIMITS = Limits(wall_seconds=600, cpu_seconds=1200, memory_mb=4096, max_processes=1024)
 SHELL_MEMORY_MB = 4096
+COMMAND_SECONDS = 120.0  # one command's wall time: past it the shell restarts (the files stay)
 SHELL_PROCESSES = 512
 # git in the agent's final state: no config but the repository's, and none of its programs run.
 GIT = (
@@ -183,7 +186,7 @@ class SweShellEpisode:
                 max_processes=SHELL_PROCESSES,
             )
             self.shell = ShellSession(self.sandbox, None, limits, self.state)
-        return self.shell.run(command, timeout=max(0.5, self._time_left()))
+        return self.shell.run(command, timeout=max(0.5, min(COMMAND_SECONDS, self._time_left())))
 
     def _close(self) -> None:
         if self.shell is not None:

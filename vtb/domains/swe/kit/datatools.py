@@ -91,12 +91,18 @@ def make_rows(pool: list[dict], n: int, seed: int, flawed: float = 0.0) -> list[
 
 def is_correct(r: dict, by_prompt: dict[str, dict]) -> bool:
     instance = by_prompt.get(r.get("prompt", ""))
+    if instance is not None and "files" not in instance:  # a real instance: `cat` the file the fix edits
+        paths = prompting.patched_paths(instance.get("patch", ""))
+        return bool(paths) and r.get("completion", "").strip() == f"cat {paths[0]}"
     return instance is not None and prompting.parse_edit(r.get("completion", "")) == gold_edit(instance)
 
 
 def index(pool: list[dict]) -> dict[str, dict]:
     out = {}
     for i in pool:
+        if "files" not in i:  # a real instance (shell_rows)
+            out[prompting.shell_prompt(i["problem_statement"])] = i
+            continue
         found = view(i)
         if found:
             out[prompting.prompt(i["problem_statement"], *found)] = i
