@@ -649,8 +649,8 @@ def test_generated_instances_load_back(instances, tmp_path):
     assert grading.decode_test_ids(loaded[0]["PASS_TO_PASS"]) == json.loads(instances[0]["PASS_TO_PASS"])
 
 
-def test_real_instances_in_the_bench_stop_with_the_way_to_grade_them(tmp_path):
-    """Real instances are read and checked, then refused with the command that does grade them."""
+def test_real_instances_are_provisioned_and_refused_on_bwrap(tmp_path):
+    """Real instances are read, split and written; only sandbox=docker can play them."""
     from vtb.compose import compose_config
     from vtb.domains.registry import get_domain
 
@@ -666,7 +666,9 @@ def test_real_instances_in_the_bench_stop_with_the_way_to_grade_them(tmp_path):
     }
     path = tmp_path / "verified.jsonl"
     path.write_text(json.dumps(record) + "\n")
-    for backend in ("bwrap", "docker"):
-        cfg = compose_config(["task=swe", "task.source=swe_bench", f"task.path={path}", f"sandbox={backend}"])
-        with pytest.raises(ValueError, match=r"read 1 instances.*vtb\.domains\.swe\.evaluate"):
-            get_domain("swe").provision(cfg.task, tmp_path / backend)
+    cfg = compose_config(["task=swe", "task.source=swe_bench", f"task.path={path}", "task.n_val=0"])
+    domain = get_domain("swe")
+    assert domain.provision(cfg.task, tmp_path / "data") == {"pool": 0, "val": 0, "test": 1}
+    domain.check_sandbox(tmp_path / "data", "docker")
+    with pytest.raises(ValueError, match=r"octo__repo-1.*sandbox=docker"):
+        domain.check_sandbox(tmp_path / "data", "bwrap")

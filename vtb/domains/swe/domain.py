@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import random
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-from vtb.config import TaskConfig
+from vtb.config import TaskConfig, TrainerConfig
 from vtb.domains import common
 from vtb.domains.registry import register_domain
-from vtb.domains.swe import generator, grading
+from vtb.domains.swe import generator, grading, real
 from vtb.domains.swe.env import SweEpisode
 from vtb.domains.swe.kit import datatools, prompting
 
@@ -40,23 +41,45 @@ WORKSPACE_README = """# Workspace of the agent system (swe: fix a bug in a small
 """
 
 
+@dataclass
+class SweConfig(TaskConfig):
+    """The swe task's own settings; all but the first two matter only for task.source=swe_bench."""
+
+    # Real SWE-bench: task.path is the TEST split (e.g. SWE-bench Verified). pool_path / val_path:
+    # other splits in the same schema (SWE-bench's dev split, SWE-Gym); without them the splits
+    # are cut from task.path (real.py), and they are always checked disjoint.
+    pool_path: str | None = None
+    val_path: str | None = None
+    max_steps_per_episode: int = 30  # shell commands per real episode
+    agent_seconds: float = 600.0  # an episode's time in its shell
+    grade_seconds: float = 1800.0  # wall time of one official grading run
+    image_namespace: str | None = None  # official.official_spec: None = every known name
+    image: str | None = None  # an explicit image name ("{instance_id}" filled in)
+    pull: bool = False  # pull a missing image (needs network on the engine)
+
+
 @register_domain("swe")
 class SweDomain(common.RowSystems):
+    config = SweConfig
     name, harnesses, readme, make_rows = "swe", HARNESSES, WORKSPACE_README, staticmethod(datatools.make_rows)
     reference_rows, reference_trainer, reference_harness = REFERENCE_ROWS, REFERENCE_TRAINER, "fuzzy"
 
     # --- provisioning -----------------------------------------------------------------------
     def provision(self, task: TaskConfig, out: Path) -> dict:
-        test, val, pool = common.splits_of(task, generator.make_instances, _real_splits)
+        test, val, pool = common.splits_of(task, generator.make_instances, real.splits)
         return common.write_splits(out, pool, val, test, public=("instance_id", "bug"))
 
     # --- the tiny base model ----------------------------------------------------------------
     def tokenizer_spec(self, task: TaskConfig, data_dir: Path) -> dict:
-        """Every piece of code and issue text the generator produces, kept exact (spaces)."""
+        """Every piece of code and issue text the generator produces, kept exact (spaces).
+
+        Real instances carry no files: their vocabulary is the pool's issues and gold patches and
+        the val/test issues (what a harness is shown), never a val/test fix.
+        """
         corpus = [_text(i) for i in self.split(data_dir, "pool")]
         for name in ("val", "test"):  # their issues and code (what a harness shows), never the fixes
             corpus += [
-                i["problem_statement"] + "\n" + "\n".join(i["files"].values())
+                i["problem_statement"] + "\n" + "\n".join(i.get("files", {}).values())
                 for i in self.split(data_dir, name)
             ]
         return {"words": corpus, "number_max": 99, "mode": "exact"}
@@ -71,6 +94,16 @@ class SweDomain(common.RowSystems):
         Single functions rather than whole files: whole files made each step ~3x dearer.
         """
         held_out = {i["problem_statement"] for name in ("val", "test") for i in self.split(data_dir, name)}
+        if task.source != "embedded":  # real instances: an issue, then its gold patch (pool only)
+            texts = [
+                f"{i['problem_statement']}\n{i['patch']}"
+                for i in self.split(data_dir, "pool")
+                if i["problem_statement"] not in held_out
+            ]
+            if not texts:
+                raise ValueError("swe_bench: the pool has no instance to pre-train on (task.pool_path?)")
+            rng = random.Random(seed)
+            return [rng.choice(texts) for _ in range(n)]
         extra = generator.make_instances(seed + 104729, 400, "pretrain", set())
         pairs, functions = [], []
         for inst in self.split(data_dir, "pool") + extra:
@@ -92,7 +125,59 @@ class SweDomain(common.RowSystems):
         if sandbox is None:
             raise ValueError("swe episodes apply patches and run tests: they need a sandbox")
         scratch = Path(tempfile.mkdtemp(prefix=f"vtb-swe-{split}-"))
-        return [SweEpisode(i, sandbox, scratch) for i in self.split(data_dir, split)]
+        instances = self.split(data_dir, split)
+        if all("files" in i for i in instances):
+            return [SweEpisode(i, sandbox, scratch) for i in instances]
+        return [shell_episode(i, sandbox, scratch, task) for i in instances]
+
+    def check_sandbox(self, data_dir: Path, backend: str) -> None:
+        """Refuse, at provisioning, real instances on a backend that cannot run their images."""
+        if backend == "docker":
+            return
+        real_ids = [
+            i["instance_id"]
+            for n in ("pool", "val", "test")
+            for i in self.split(data_dir, n)
+            if "files" not in i
+        ]
+        if real_ids:
+            shown = ", ".join(real_ids[:3]) + (f" and {len(real_ids) - 3} more" if len(real_ids) > 3 else "")
+            raise ValueError(
+                f"swe_bench instances ({shown}) run in their official SWE-bench images: use sandbox=docker "
+                f"(not sandbox={backend}); to grade existing predictions: python -m vtb.domains.swe.evaluate"
+            )
+
+    def write_initial_system(
+        self, ws: Path, task: TaskConfig, trainer: TrainerConfig, data_dir: Path
+    ) -> None:
+        """Real instances: the shell harness (their start message has no files to edit)."""
+        if task.source == "embedded":
+            return super().write_initial_system(ws, task, trainer, data_dir)
+        common.write_system(
+            ws,
+            data_dir,
+            self.make_rows,
+            task.initial_data_size,
+            task.data_seed,
+            common.trainer_dict(trainer),
+            HARNESSES / "shell",
+            self.readme,
+            task.initial_noise,
+        )
+
+    def write_reference_system(self, ws: Path, task: TaskConfig, data_dir: Path) -> None:
+        if task.source == "embedded":
+            return super().write_reference_system(ws, task, data_dir)
+        common.write_system(
+            ws,
+            data_dir,
+            self.make_rows,
+            self.reference_rows,
+            task.data_seed + 1,
+            self.reference_trainer,
+            HARNESSES / "shell",
+            self.readme,
+        )
 
     def metrics(self, episodes: list[SweEpisode], task: TaskConfig) -> dict:
         reports = {ep.id: ep.grade()[0][ep.id] for ep in episodes}
@@ -124,29 +209,32 @@ def _functions(files: dict[str, str]) -> list[str]:
     return out
 
 
+def shell_episode(instance: dict, sandbox, scratch: Path, task: TaskConfig) -> real.SweShellEpisode:
+    """A real instance's episode: shell commands in its official image (real.py)."""
+    from vtb.sandbox.base import Limits
+
+    grade = Limits(
+        wall_seconds=getattr(task, "grade_seconds", 1800.0),
+        cpu_seconds=4 * getattr(task, "grade_seconds", 1800.0),
+        memory_mb=real.GRADE_LIMITS.memory_mb,
+        max_processes=real.GRADE_LIMITS.max_processes,
+    )
+    return real.SweShellEpisode(
+        instance,
+        sandbox,
+        scratch,
+        real.image_of(instance, sandbox, task),
+        max_steps=getattr(task, "max_steps_per_episode", 30),
+        agent_seconds=getattr(task, "agent_seconds", 600.0),
+        grade_limits=grade,
+    )
+
+
 def _text(instance: dict) -> str:
     return (
         instance["problem_statement"]
         + "\n"
-        + "\n".join(instance["files"].values())
+        + "\n".join(instance.get("files", {}).values())
         + "\n"
         + instance["patch"]
-    )
-
-
-def _real_splits(task: TaskConfig) -> tuple[list[dict], list[dict], list[dict]]:
-    """Real SWE-bench instances are read and checked, but not run here (see the error)."""
-    from vtb.domains.swe import loaders
-
-    if not task.path:
-        raise ValueError(
-            "task.source=swe_bench needs task.path=<local .json/.jsonl/.parquet or HF dataset name>"
-        )
-    instances = loaders.load_instances(task.path)
-    raise ValueError(
-        f"task.source=swe_bench: read {len(instances)} instances from {task.path}, but the bench cannot "
-        "play real instances yet (their episodes need the official images' repositories, on any backend). "
-        "To grade existing predictions on the official images: python -m vtb.domains.swe.evaluate "
-        f"--predictions <predictions.jsonl> --dataset {task.path} (README, 'Real benchmarks'); "
-        "task.source=embedded runs the bench on the generated instances"
     )

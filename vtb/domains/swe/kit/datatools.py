@@ -50,8 +50,36 @@ def flawed_edit(instance: dict, pool: list[dict], rng: random.Random) -> tuple[s
     return (rng.choice(lines), new) if lines else (old, old)
 
 
+def shell_rows(pool: list[dict], n: int, seed: int, flawed: float = 0.0) -> list[dict]:
+    """Rows for real instances (no files): the issue, then `cat` of the file its gold patch edits.
+
+    What the shipped shell harness asks the model first; a flawed row names another instance's file.
+    """
+    rng = random.Random(seed)
+    usable = [(i, paths[0]) for i in pool if (paths := prompting.patched_paths(i.get("patch", "")))]
+    if not usable:
+        raise ValueError("swe: no pool instance has a gold patch that names a file; no rows can be made")
+    rng.shuffle(usable)
+    picked = [usable[k % len(usable)] for k in range(n)]
+    bad = set(rng.sample(range(len(picked)), round(len(picked) * flawed)))
+    rows = []
+    for k, (inst, path) in enumerate(picked):
+        if k in bad:
+            path = rng.choice(usable)[1]
+        rows.append(
+            {
+                "instance_id": inst["instance_id"],
+                "prompt": prompting.shell_prompt(inst["problem_statement"]),
+                "completion": f"cat {path}\n",
+            }
+        )
+    return rows
+
+
 def make_rows(pool: list[dict], n: int, seed: int, flawed: float = 0.0) -> list[dict]:
     """n rows over the pool's instances (each once before any repeats); a `flawed` share wrong."""
+    if pool and not any("files" in i for i in pool):  # real SWE-bench instances
+        return shell_rows(pool, n, seed, flawed)
     rng = random.Random(seed)
     usable = [i for i in pool if view(i) is not None]
     rng.shuffle(usable)
@@ -63,12 +91,18 @@ def make_rows(pool: list[dict], n: int, seed: int, flawed: float = 0.0) -> list[
 
 def is_correct(r: dict, by_prompt: dict[str, dict]) -> bool:
     instance = by_prompt.get(r.get("prompt", ""))
+    if instance is not None and "files" not in instance:  # a real instance: `cat` the file the fix edits
+        paths = prompting.patched_paths(instance.get("patch", ""))
+        return bool(paths) and r.get("completion", "").strip() == f"cat {paths[0]}"
     return instance is not None and prompting.parse_edit(r.get("completion", "")) == gold_edit(instance)
 
 
 def index(pool: list[dict]) -> dict[str, dict]:
     out = {}
     for i in pool:
+        if "files" not in i:  # a real instance (shell_rows)
+            out[prompting.shell_prompt(i["problem_statement"])] = i
+            continue
         found = view(i)
         if found:
             out[prompting.prompt(i["problem_statement"], *found)] = i

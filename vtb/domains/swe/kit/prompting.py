@@ -121,3 +121,24 @@ def patch_for(files: dict[str, str], path: str, answer: str, fuzzy: bool = False
     before = files[path]
     after = apply_edit(before, *edit, fuzzy=fuzzy) if edit else None
     return diffs.file_diff(path, before, after) if after is not None and after != before else ""
+
+
+# --- real SWE-bench instances: shell episodes (no files in the start message) -----------------
+_DIFF_PATH = re.compile(r"^diff --git a/(\S+) b/", re.MULTILINE)
+
+
+def shell_prompt(statement: str) -> str:
+    """The prompt of a real instance's first shell command: the issue's title, then a shell prompt."""
+    return f"issue: {title(statement)}\n$ "
+
+
+def patched_paths(patch: str) -> list[str]:
+    """The files a unified diff touches, in order (test files last)."""
+    paths = list(dict.fromkeys(_DIFF_PATH.findall(patch)))
+    return [p for p in paths if not _is_test(p)] + [p for p in paths if _is_test(p)]
+
+
+def named_paths(statement: str) -> list[str]:
+    """Source paths the issue text names (e.g. `astropy/io/fits/card.py`), in order, at most 5."""
+    found = re.findall(r"(?<![\w/.-])((?:[\w.-]+/)*[\w.-]+\.py)\b", statement)
+    return [p for p in dict.fromkeys(found) if ".." not in p and not p.startswith("/")][:5]
