@@ -138,7 +138,10 @@ def test_a_bench_run_scores_the_same_on_both_backends(tmp_path, greedy_run) -> N
     for row in ("initial", "submitted"):
         assert bwrap[row]["test_score"] == docker[row]["test_score"], (row, bwrap[row], docker[row])
         assert bwrap[row]["val_score"] == docker[row]["val_score"]
-    assert bwrap["budget"]["flops"] == docker["budget"]["flops"]  # FLOPs are counted, not metered
+    # The FLOPs the engines and the server count are the same; what the budget charged may differ
+    # by FLOPs-floor charges, which follow metered CPU (the shared run trains its reference
+    # alongside, so its plays see more contention than this one's).
+    assert _counted_flops(bwrap) == _counted_flops(docker)
     assert json.loads((Path(docker["record"]) / "config.json").read_text())["sandbox"]["backend"] == "docker"
 
 
@@ -178,3 +181,9 @@ def test_a_self_contained_image_runs_steps_without_the_host_runtime(tmp_path, im
         ["/bin/sh", "-c", f"test -e {sys.executable}"], mounts=runtime_mounts(), limits=Limits()
     )
     assert host_python.returncode != 0  # the orchestrator's interpreter is not visible inside
+
+
+def _counted_flops(result: dict) -> float:
+    """The budgeted steps' counted FLOPs (ledger.jsonl's flops_reported), floors left out."""
+    lines = (Path(result["record"]) / "ledger.jsonl").read_text().splitlines()
+    return sum(json.loads(line)["charge"]["flops_reported"] for line in lines)
