@@ -209,6 +209,10 @@ class RowSystems:
     reference_trainer: dict
     reference_harness: str
 
+    def harness_for(self, task: TaskConfig, system: str) -> Path:
+        """The shipped harness folder of the "initial" or "reference" system for this task."""
+        return self.harnesses / ("plain" if system == "initial" else self.reference_harness)
+
     def write_initial_system(
         self, ws: Path, task: TaskConfig, trainer: TrainerConfig, data_dir: Path
     ) -> None:
@@ -219,7 +223,7 @@ class RowSystems:
             task.initial_data_size,
             task.data_seed,
             trainer_dict(trainer),
-            self.harnesses / "plain",
+            self.harness_for(task, "initial"),
             self.readme,
             task.initial_noise,
         )
@@ -235,7 +239,7 @@ class RowSystems:
             self.reference_rows,
             task.data_seed + 1,
             self.reference_trainer,
-            self.harnesses / self.reference_harness,
+            self.harness_for(task, "reference"),
             self.readme,
         )
 

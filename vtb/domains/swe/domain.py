@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from vtb.config import TaskConfig, TrainerConfig
+from vtb.config import TaskConfig
 from vtb.domains import common
 from vtb.domains.registry import register_domain
 from vtb.domains.swe import generator, grading, real
@@ -147,37 +147,9 @@ class SweDomain(common.RowSystems):
                 f"(not sandbox={backend}); to grade existing predictions: python -m vtb.domains.swe.evaluate"
             )
 
-    def write_initial_system(
-        self, ws: Path, task: TaskConfig, trainer: TrainerConfig, data_dir: Path
-    ) -> None:
-        """Real instances: the shell harness (their start message has no files to edit)."""
-        if task.source == "embedded":
-            return super().write_initial_system(ws, task, trainer, data_dir)
-        common.write_system(
-            ws,
-            data_dir,
-            self.make_rows,
-            task.initial_data_size,
-            task.data_seed,
-            common.trainer_dict(trainer),
-            HARNESSES / "shell",
-            self.readme,
-            task.initial_noise,
-        )
-
-    def write_reference_system(self, ws: Path, task: TaskConfig, data_dir: Path) -> None:
-        if task.source == "embedded":
-            return super().write_reference_system(ws, task, data_dir)
-        common.write_system(
-            ws,
-            data_dir,
-            self.make_rows,
-            self.reference_rows,
-            task.data_seed + 1,
-            self.reference_trainer,
-            HARNESSES / "shell",
-            self.readme,
-        )
+    def harness_for(self, task: TaskConfig, system: str) -> Path:
+        """Real instances: the shell harness for both systems (their start message has no files to edit)."""
+        return super().harness_for(task, system) if task.source == "embedded" else HARNESSES / "shell"
 
     def metrics(self, episodes: list[SweEpisode], task: TaskConfig) -> dict:
         reports = {ep.id: ep.grade()[0][ep.id] for ep in episodes}
