@@ -182,23 +182,45 @@ def test_the_test_patch_never_enters_the_episodes_container(instances, tmp_path)
     assert not ep.reward()
 
 
+FIXED_HARNESS = Path(__file__).parent / "fixtures" / "swe_fixed_patches"
+
+
 @pytest.mark.slow
 @pytest.mark.docker
-def test_a_shrunk_bench_on_real_schema_instances_writes_swe_bench_reports(
-    instances, tmp_path, prefect_server
+def test_a_shrunk_bench_grades_gold_partial_and_empty_predictions_as_swe_bench_does(
+    instances,
+    fixture_repo,  # noqa: F811
+    tmp_path,
+    prefect_server,
+    monkeypatch,  # noqa: F811
 ):
-    """task=swe task.source=swe_bench sandbox=docker, agent=noop: every test instance gets its report."""
+    """task=swe task.source=swe_bench sandbox=docker, agent=noop, whose system plays fixed patches.
+
+    The test split is task.path whole (task.pool_path given): instance 0 gets the gold patch,
+    instance 1 half of it, instance 2 no edit. The bench's hidden-test grading must resolve the
+    first only, apply the second without resolving it, and mark the third an empty patch, in
+    SWE-bench's per-instance reports and its run summary.
+    """
+    import shutil
+
     from flows.bench import run_bench
     from vtb.compose import compose_config
+    from vtb.domains.swe.domain import SweDomain
 
-    data = tmp_path / "verified.jsonl"
-    data.write_text("".join(json.dumps(i) + "\n" for i in instances))
+    harness = tmp_path / "harness"
+    shutil.copytree(FIXED_HARNESS, harness)
+    patches = {"0": fixture_repo["gold"], "1": fixture_repo["partial"]}
+    (harness / "config.json").write_text(json.dumps({"patches": patches}))
+    monkeypatch.setattr(SweDomain, "harness_for", lambda self, task, system: harness)
+    test, pool = tmp_path / "verified.jsonl", tmp_path / "pool.jsonl"
+    test.write_text("".join(json.dumps(i) + "\n" for i in instances[:3]))
+    pool.write_text("".join(json.dumps(i) + "\n" for i in instances[3:]))
     overrides = [
         "task=swe",
         "task.source=swe_bench",
-        f"task.path={data}",
+        f"task.path={test}",
+        f"task.pool_path={pool}",
         "task.n_val=1",
-        "task.n_test=2",
         "task.initial_data_size=8",
         "task.max_steps_per_episode=4",
         "task.agent_seconds=60",
@@ -218,15 +240,21 @@ def test_a_shrunk_bench_on_real_schema_instances_writes_swe_bench_reports(
         f"cache_dir={tmp_path / 'cache'}",
     ]
     result = run_bench(compose_config(overrides))
-    run_dir = Path(result["record"])
-    summary = json.loads((run_dir / "grading" / "submitted" / "report.json").read_text())
-    assert summary["total_instances"] == 2, summary
-    reports = sorted((run_dir / "grading" / "submitted" / "logs").glob("*/report.json"))
-    assert len(reports) == 2
-    for path in reports:
-        ((iid, report),) = json.loads(path.read_text()).items()
-        assert iid in {i["instance_id"] for i in instances} and not report["resolved"]
-    samples = json.loads((run_dir / "grading.json").read_text())["submitted"]["samples"]
-    assert len(samples) == 2
+    graded = Path(result["record"]) / "grading" / "submitted"
+    summary = json.loads((graded / "report.json").read_text())
+    ids = [i["instance_id"] for i in instances[:3]]
+    assert summary["total_instances"] == 3, summary
+    assert summary["resolved_ids"] == [ids[0]], summary
+    assert summary["unresolved_ids"] == [ids[1]], summary
+    assert summary["empty_patch_ids"] == [ids[2]], summary
+    reports = {}
+    for path in (graded / "logs").glob("*/report.json"):
+        reports.update(json.loads(path.read_text()))
+    assert sorted(reports) == ids
+    assert reports[ids[0]]["resolved"]
+    assert reports[ids[1]]["patch_successfully_applied"] and not reports[ids[1]]["resolved"]
+    assert not reports[ids[2]]["patch_exists"] and not reports[ids[2]]["resolved"]
+    samples = json.loads((Path(result["record"]) / "grading.json").read_text())["submitted"]["samples"]
+    assert len(samples) == 3
     outputs = [h["output"] for s in samples for h in s["history"]]
     assert any("return a - b" in out for out in outputs), samples  # the harness read /testbed/calc.py

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import BACKENDS, sandbox_backend
+from vtb.domains.shell import MAX_OUTPUT, RESTART_NOTE, ShellSession
 from vtb.domains.terminal import generator as gen
 from vtb.domains.terminal.grading import parse_pytest_rA, resolved, run_tests
 from vtb.domains.terminal.loaders import load_tasks, read_task, write_app, write_task
-from vtb.domains.terminal.shell import MAX_OUTPUT, RESTART_NOTE, ShellSession
 from vtb.sandbox.base import Limits
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")

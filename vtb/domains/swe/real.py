@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import random
 import shutil
-import time
 from pathlib import Path
 
 from vtb.config import TaskConfig
 from vtb.domains import common, salt
+from vtb.domains.shell import ImageState, ShellTurns
 from vtb.domains.swe import official
-from vtb.domains.terminal.shell import ImageState, ShellSession
 from vtb.sandbox.base import Limits
 
 MAX_PATCH_CHARS = 1 << 20  # a prediction longer than this is cut off (and will not apply)
@@ -119,19 +118,28 @@ class SweShellEpisode:
         self.scratch, self.agent_seconds, self.grade_limits = scratch, agent_seconds, grade_limits
         self.model_name = model_name
         self.state = ImageState(sandbox, image, official.WORKDIR)
-        self.history: list[dict] = []
-        self.finished = self.timeout = False
-        self.failure: str | None = None
         self.explicit_patch: str | None = None
         self.model_patch = ""
-        self.started: float | None = None
-        self.shell: ShellSession | None = None
-        self.shell_usage: dict = {}
         self._graded = common.BackgroundGrade(self._grade)
+        self.turns = ShellTurns(
+            sandbox,
+            None,
+            self.state,
+            max_steps=max_steps,
+            seconds=agent_seconds,
+            memory_mb=SHELL_MEMORY_MB,
+            max_processes=SHELL_PROCESSES,
+            on_over=self._graded.start,
+            ends=("answer", "message", "patch"),
+            not_run="a shell command, a patch or an answer",
+            command_seconds=COMMAND_SECONDS,
+        )
 
-    @property
-    def over(self) -> bool:
-        return self.finished or self.timeout or self.failure is not None
+    history = property(lambda self: self.turns.history)
+    finished = property(lambda self: self.turns.finished)
+    timeout = property(lambda self: self.turns.timeout)
+    failure = property(lambda self: self.turns.failure)
+    over = property(lambda self: self.turns.over)
 
     def message(self, fresh: bool) -> dict:
         from vtb.runner import protocol_message
@@ -141,57 +149,13 @@ class SweShellEpisode:
         return protocol_message(self.id, "swe", observation, fresh)
 
     def step(self, action: dict) -> bool:
-        kind = action.get("type") if isinstance(action, dict) else None
-        if kind in ("answer", "message"):
-            self.finished = True
-        elif kind == "patch":
+        if isinstance(action, dict) and action.get("type") == "patch":  # read before the grade starts
             patch = action.get("patch")
             self.explicit_patch = patch[:MAX_PATCH_CHARS] if isinstance(patch, str) else ""
-            self.finished = True
-        elif kind == "shell" and isinstance(action.get("command"), str):
-            self.history.append({"command": action["command"], **self._run(action["command"])})
-        else:
-            self.history.append(
-                {
-                    "command": None,
-                    "output": f"(not run: action {kind!r} is not a shell command, a patch or an answer)",
-                    "exit_code": None,
-                    "timed_out": False,
-                }
-            )
-        if not self.finished and (len(self.history) >= self.max_steps or self._time_left() <= 0):
-            self.timeout = True
-        if self.over:
-            self._close()
-            self._graded.start()
-        return not self.over
+        return self.turns.step(action)
 
     def fail(self, reason: str) -> None:
-        self.failure = reason
-        self._close()
-        self._graded.start()
-
-    def _time_left(self) -> float:
-        if self.started is None:
-            return self.agent_seconds
-        return self.agent_seconds - (time.monotonic() - self.started)
-
-    def _run(self, command: str) -> dict:
-        if self.shell is None:
-            self.started = self.started or time.monotonic()
-            limits = Limits(
-                wall_seconds=self.agent_seconds + 5,
-                cpu_seconds=self.agent_seconds + 5,
-                memory_mb=SHELL_MEMORY_MB,
-                max_processes=SHELL_PROCESSES,
-            )
-            self.shell = ShellSession(self.sandbox, None, limits, self.state)
-        return self.shell.run(command, timeout=max(0.5, min(COMMAND_SECONDS, self._time_left())))
-
-    def _close(self) -> None:
-        if self.shell is not None:
-            self.shell_usage = self.shell.close()
-            self.shell = None
+        self.turns.fail(reason)
 
     # --- the prediction and its grade -------------------------------------------------------
     def final_diff(self) -> str:
@@ -245,7 +209,7 @@ class SweShellEpisode:
 
     def grade(self) -> tuple[dict, str]:
         """SWE-bench's report.json content ({iid: {...}}) and the graded test log (once)."""
-        self._close()
+        self.turns.close()
         return self._graded.result()
 
     def reward(self) -> float:

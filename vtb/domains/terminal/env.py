@@ -11,13 +11,12 @@ Resolved = every parsed test passed.
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
 from vtb.domains import common
 from vtb.domains.common import BackgroundGrade
+from vtb.domains.shell import ImageState, ShellTurns
 from vtb.domains.terminal import grading
-from vtb.domains.terminal.shell import ImageState, ShellSession
 from vtb.runner import protocol_message
 from vtb.sandbox.base import Limits, Sandbox
 
@@ -56,19 +55,23 @@ class TerminalEpisode:
         self.image = ImageState(sandbox, *image) if image else None
         if self.image is None:
             materialize(task.get("files", {}), self.app_dir)
-        self.history: list[dict] = []  # {"command", "output", "exit_code", "timed_out"}
-        self.finished = False  # the agent declared it done
-        self.timeout = False  # out of steps or of the task's agent time
-        self.failure: str | None = None
-        self.time_limit = float(task.get("max_agent_timeout_sec", 60))
-        self.started: float | None = None
-        self.shell: ShellSession | None = None
-        self.shell_usage: dict = {}
         self._grade = BackgroundGrade(self._run_tests)
+        self.turns = ShellTurns(
+            sandbox,
+            None if self.image else self.app_dir,
+            self.image,
+            max_steps=max_steps,
+            seconds=float(task.get("max_agent_timeout_sec", 60)),
+            memory_mb=MEMORY_MB,
+            max_processes=MAX_PROCESSES,
+            on_over=self._grade.start,
+        )
 
-    @property
-    def over(self) -> bool:
-        return self.finished or self.timeout or self.failure is not None
+    history = property(lambda self: self.turns.history)
+    finished = property(lambda self: self.turns.finished)
+    timeout = property(lambda self: self.turns.timeout)
+    failure = property(lambda self: self.turns.failure)
+    over = property(lambda self: self.turns.over)
 
     # --- runner.Episode ---------------------------------------------------------------------
     def message(self, fresh: bool) -> dict:
@@ -81,56 +84,15 @@ class TerminalEpisode:
         return protocol_message(self.id, "terminal", observation, fresh)
 
     def step(self, action: dict) -> bool:
-        kind = action.get("type")
-        if kind in ("answer", "message"):
-            self.finished = True
-        elif kind == "shell" and isinstance(action.get("command"), str):
-            self.history.append({"command": action["command"], **self._run(action["command"])})
-        else:
-            self.history.append(
-                {
-                    "command": None,
-                    "output": f"(not run: action {kind!r} is not a shell command or a final answer)",
-                    "exit_code": None,
-                    "timed_out": False,
-                }
-            )
-        if not self.finished and (len(self.history) >= self.max_steps or self._time_left() <= 0):
-            self.timeout = True
-        if self.over:
-            self._close()
-            self._grade.start()
-        return not self.over
+        return self.turns.step(action)
 
     def fail(self, reason: str) -> None:
-        self.failure = reason
-        self._close()
-        self._grade.start()
-
-    def _time_left(self) -> float:
-        return self.time_limit - (time.monotonic() - self.started) if self.started else self.time_limit
-
-    def _run(self, command: str) -> dict:
-        if self.shell is None:
-            self.started = self.started or time.monotonic()
-            limits = Limits(
-                wall_seconds=self.time_limit + 5,
-                cpu_seconds=self.time_limit + 5,
-                memory_mb=MEMORY_MB,
-                max_processes=MAX_PROCESSES,
-            )
-            self.shell = ShellSession(self.sandbox, self.app_dir, limits, self.image)
-        return self.shell.run(command, timeout=max(0.5, self._time_left()))
-
-    def _close(self) -> None:
-        if self.shell is not None:
-            self.shell_usage = self.shell.close()
-            self.shell = None
+        self.turns.fail(reason)
 
     # --- scoring ----------------------------------------------------------------------------
     def grade(self) -> tuple[dict, str]:
         """The hidden tests' statuses and log on the final /app (whatever ended the episode)."""
-        self._close()
+        self.turns.close()
         return self._grade.result()
 
     def _run_tests(self) -> tuple[dict, str]:

@@ -483,9 +483,9 @@ def check_task(task: dict, sandbox: Sandbox, wrong: str | None = None) -> None:
     The solution must exit 0 and resolve; the untouched /app (the empty action) and, if given,
     the `wrong` solution must not.
     """
+    from vtb.domains.shell import ShellSession
     from vtb.domains.terminal.grading import resolved, run_tests
     from vtb.domains.terminal.loaders import write_app
-    from vtb.domains.terminal.shell import ShellSession
 
     limits = Limits(wall_seconds=60, cpu_seconds=60)
     cases = [("solution", task["solution"], True), ("empty action", None, False)]

@@ -1,4 +1,6 @@
-"""A persistent bash for one terminal episode, in one sandbox, so `cd` and variables carry over.
+"""Shell-action episodes (terminal tasks, real SWE-bench instances): a persistent bash and its turns.
+
+`ShellSession` is a persistent bash in one sandbox, so `cd` and variables carry over.
 
 Each `run()` sends the command wrapped as `{ eval '<command>'\n} < /dev/null` followed by a
 sentinel `printf` carrying a fresh random nonce and `$?`, and reads output until the sentinel
@@ -12,6 +14,11 @@ files the agent wrote stay, the shell state does not) and says so in its output.
 restart gets only what is left of the episode's `Limits`, so restarts cannot buy more time.
 `--die-with-parent` ties each shell to the thread that started it: call `run()` and `close()`
 from one thread that outlives the session.
+
+`ShellTurns` is what every shell-action episode shares: the commands the harness sends, run in
+one session at a time, the history it sees, and how the episode ends (the harness says it is
+done, it runs out of steps or time, or it fails). Each domain's episode keeps only what is its
+own: its start message, what its final actions carry, and its grade.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import secrets
 import shlex
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from vtb.sandbox.base import Limits, Mount, Sandbox, SandboxProcess, SandboxResult
@@ -201,6 +209,98 @@ class ShellSession:
             "denials": [d for r in self.results for d in r.denials],
             "killed": [r.killed for r in self.results if r.killed and r.killed != "closed"],
         }
+
+
+class ShellTurns:
+    """The turns of one shell-action episode: commands run until the harness ends, or its steps or time.
+
+    `ends`: the action types that end the episode (the episode reads what they carry before
+    calling `step`). `on_over` runs once, when the episode is over (it starts the grade in the
+    background). `command_seconds` caps one command's wall time below what is left of the
+    episode's `seconds` (past it the shell restarts; the files stay). `not_run` names what the
+    harness may send, for the history line of an action that is none of them.
+    """
+
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        app_dir: Path | None,
+        image: ImageState | None,
+        *,
+        max_steps: int,
+        seconds: float,
+        memory_mb: int,
+        max_processes: int,
+        on_over: Callable[[], None],
+        ends: tuple[str, ...] = ("answer", "message"),
+        not_run: str = "a shell command or a final answer",
+        command_seconds: float = float("inf"),
+    ) -> None:
+        self.sandbox, self.app_dir, self.image = sandbox, app_dir, image
+        self.max_steps, self.seconds, self.command_seconds = max_steps, seconds, command_seconds
+        self.memory_mb, self.max_processes = memory_mb, max_processes
+        self.on_over, self.ends, self.not_run = on_over, ends, not_run
+        self.history: list[dict] = []  # {"command", "output", "exit_code", "timed_out"}
+        self.finished = False  # the harness ended the episode
+        self.timeout = False  # out of steps or of the episode's time
+        self.failure: str | None = None
+        self.started: float | None = None
+        self.shell: ShellSession | None = None
+        self.usage: dict = {}  # the ended shells' charges (ShellSession.close)
+
+    @property
+    def over(self) -> bool:
+        return self.finished or self.timeout or self.failure is not None
+
+    def step(self, action: dict) -> bool:
+        """Play one action; False once the episode is over."""
+        kind = action.get("type") if isinstance(action, dict) else None
+        if kind in self.ends:
+            self.finished = True
+        elif kind == "shell" and isinstance(action.get("command"), str):
+            self.history.append({"command": action["command"], **self._run(action["command"])})
+        else:
+            self.history.append(
+                {
+                    "command": None,
+                    "output": f"(not run: action {kind!r} is not {self.not_run})",
+                    "exit_code": None,
+                    "timed_out": False,
+                }
+            )
+        if not self.finished and (len(self.history) >= self.max_steps or self.time_left() <= 0):
+            self.timeout = True
+        if self.over:
+            self._ended()
+        return not self.over
+
+    def fail(self, reason: str) -> None:
+        self.failure = reason
+        self._ended()
+
+    def time_left(self) -> float:
+        return self.seconds - (time.monotonic() - self.started) if self.started else self.seconds
+
+    def close(self) -> None:
+        if self.shell is not None:
+            self.usage = self.shell.close()
+            self.shell = None
+
+    def _ended(self) -> None:
+        self.close()
+        self.on_over()
+
+    def _run(self, command: str) -> dict:
+        if self.shell is None:
+            self.started = self.started or time.monotonic()
+            limits = Limits(
+                wall_seconds=self.seconds + 5,
+                cpu_seconds=self.seconds + 5,
+                memory_mb=self.memory_mb,
+                max_processes=self.max_processes,
+            )
+            self.shell = ShellSession(self.sandbox, self.app_dir, limits, self.image)
+        return self.shell.run(command, timeout=max(0.5, min(self.command_seconds, self.time_left())))
 
 
 class _Tail:
