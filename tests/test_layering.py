@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
         "vtb.domains.salt",
     ),
     ("vtb.hashing", "vtb.config", "vtb.engine", "vtb.sandbox", "vtb.results"),
-    ("vtb.runner", "vtb.workspace", "vtb.record", "vtb.blind", "vtb.serve"),
+    ("vtb.runner", "vtb.workspace", "vtb.record", "vtb.blind", "vtb.serve", "vtb.contamination"),
     ("vtb.domains", "vtb.agents", "vtb.calibrate", "vtb.service"),
     ("vtb.keys", "vtb.compose"),
     ("vtb.pipeline",),

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from vtb import keys, pipeline, record
+from vtb import contamination, keys, pipeline, record
 from vtb.agents import Feedback, best_of, make_agent
 from vtb.blind import null_model, secret_of
 from vtb.config import BenchConfig, ModelConfig
@@ -406,6 +406,18 @@ class Bench:
 
         return finish
 
+    def contamination_scan(self, chosen: Candidate) -> dict | None:
+        """The submission's data/, trainer/ and harness/ against the full test and val splits.
+
+        Orchestrator-side and deterministic; it reads the hidden split and the run's canaries
+        (vtb/contamination.py). A flagged submission is still graded and scored, and marked.
+        """
+        if not self.cfg.contamination_check:
+            return None
+        result = contamination.scan_run(self.data_dir, self.store / chosen.snapshot, self.cfg.task)
+        self._log(f"contamination scan of the submission: {contamination.summary(result)}")
+        return result
+
     def grading_workers(self) -> int:
         """How many grading plays run at once: one on a GPU (a model server each would share it)."""
         return 1 if self.cfg.sandbox.gpus else max(1, self.cfg.grading_workers)
@@ -443,8 +455,11 @@ class Bench:
             if self.cfg.reference:
                 system, reference = self._reference.result() if self._reference else self.reference_system()
                 pending["reference"] = self.start_grade(pool, system, "reference")
+            scan = self.contamination_scan(chosen)  # here, while the grading plays run in sandboxes
             grades = {label: wait() for label, wait in pending.items()}
-        outcome = RunOutcome(self.run_id, self.data, self.model, self.history, chosen, grades, reference)
+        outcome = RunOutcome(
+            self.run_id, self.data, self.model, self.history, chosen, grades, reference, scan
+        )
         result = self.rec.finish(self.cfg, outcome, self.ledger, self.store)
         self.rec.write_timings(time.monotonic() - self.t0, self.timings)
         print(record.summary_table(result), flush=True)

@@ -171,3 +171,4 @@ class RunOutcome:
     chosen: Candidate
     grades: dict[str, Grade]  # initial, submitted and (when built) reference
     reference: dict | None  # its snapshot, weights and, for a released model, the hub id
+    contamination: dict | None = None  # the submission's contamination scan (vtb/contamination.py)
