@@ -133,6 +133,7 @@ class RunRecord:
                 "iteration": chosen["iteration"],
                 "flagged_by_null_model": grades["submitted"].get("flagged"),
                 "base_model_test_score": grades["submitted"].get("base_model_score"),
+                "item_rewards": grades["submitted"].get("rewards"),  # per test episode: paired comparisons
             },
             "reference": {"test_score": grades["reference"]["test_score"], **_passes(grades["reference"])}
             if "reference" in grades
@@ -150,6 +151,7 @@ class RunRecord:
             "iterations": len(history) - 1,
             "gains_by_part": gains,
             "contamination": run.contamination,
+            "grading_determinism": run.determinism,
             "record": str(self.dir),
         }
         _dump(self.dir / "result.json", result)
@@ -384,5 +386,9 @@ def write_report(run_dir: Path, result: dict, history: list[dict], grades: dict)
         )
     if sub.get("denials"):
         lines.append(f"- Blocked access attempts seen at grading: {len(sub['denials'])} (see grading.json).")
+    if result.get("grading_determinism"):
+        lines.append(
+            f"- Grading determinism (the submission graded twice): {md_text(result['grading_determinism']['note'])}."
+        )
     lines += contamination_lines(result.get("contamination"))
     (run_dir / "report.md").write_text("\n".join(lines) + "\n")
