@@ -56,7 +56,7 @@ def test_canaries_are_planted_keyed_by_the_salt_and_change_nothing_graded(math_d
     cfg, data_dir = math_data
     test, val = split_items(data_dir, "test"), split_items(data_dir, "val")
     assert {i["canary"] for i in test} == {salt.canary_of(cfg.task, "test")}
-    assert {i["canary"] for i in val} == {salt.canary_of(cfg.task, "val")}  # math shows val in full
+    assert not any("canary" in i for i in val)  # math shows val in full: no canary, salt-free
     assert salt.canary_of(cfg.task, "test") != salt.canary_of(cfg.task, "val")
     other = salt.canary("another salt", cfg.task.data_seed, "math", "test")
     assert other != salt.canary_of(cfg.task, "test")
@@ -120,7 +120,8 @@ def test_a_canary_anywhere_is_a_certain_flag(math_data, tmp_path):
     cfg, data_dir = math_data
     ws = initial_system(cfg, data_dir, tmp_path / "ws")
     mark = salt.canary_of(cfg.task, "test")
-    spaced = " ".join(mark[i : i + 5] for i in range(0, len(mark), 5)).lower()  # re-spaced, lower case
+    digest = mark.removeprefix(salt.CANARY_PREFIX)  # the prefix stripped, the rest re-spaced
+    spaced = " ".join(digest[i : i + 5] for i in range(0, len(digest), 5)).upper()
     (ws / "harness" / "notes.py").write_text(f"# seen: {spaced}\n")
     result = contamination.scan_run(data_dir, ws, cfg.task)
     assert result["flagged"] and result["reasons"] == ["test: canary found"]
@@ -135,7 +136,7 @@ def test_a_canary_anywhere_is_a_certain_flag(math_data, tmp_path):
     (ws / "harness" / "notes.py").unlink()
     shutil.copy(salt.full_split_file(data_dir, "val"), ws / "data" / "val_copy.jsonl")
     val = contamination.scan_run(data_dir, ws, cfg.task)
-    assert val["splits"]["val"]["flagged"] and val["splits"]["val"]["canary_found"]
+    assert val["splits"]["val"]["flagged"] and not val["splits"]["val"]["canary_checked"]
     assert val["splits"]["val"]["hit_items"] == val["splits"]["val"]["decidable"]
     assert not val["flagged"] and not val["splits"]["val"]["hidden"]
 

@@ -29,7 +29,7 @@ is flagged when at least FLAG_MIN_ITEMS items and at least FLAG_FRACTION of its 
 two and 2% of the split do not. Per file: the distinctive n-grams it holds, the items they come
 from and a few examples.
 
-Canaries (`vtb.domains.salt.canary`): every item of the full test and val splits carries a field
+Canaries (`vtb.domains.salt.canary`): every item of the hidden test and val splits carries a field
 with a string derived from the test-split salt, which no sandbox can compute. It is looked for in
 the submission with everything but letters and digits removed, so no re-spacing hides it; found
 anywhere, it flags the split with certainty.
@@ -105,8 +105,9 @@ def _squash(cleaned: str) -> str:
 
 
 def canary_mark(canary: str) -> str:
-    """What the scan looks for of a canary: its squashed form ("vtbcanary" + hex digits)."""
-    return _squash(clean(canary))
+    """What the scan looks for of a canary: its squashed form, without the "VTB-CANARY-" prefix
+    when it has one (the 128-bit digest alone is certain; the prefix is easy to strip)."""
+    return _squash(clean(canary.removeprefix(salt.CANARY_PREFIX)))
 
 
 @dataclass
@@ -337,15 +338,15 @@ def scan_submission(
     left out of that split's index first (they are read with the same bounds, trusted or not).
     """
     scanner = Scanner(indexes)
-    public = public or {}
+    public_sets = {name: set(paths) for name, paths in (public or {}).items()}
     dropped: list[set[int]] = [set() for _ in indexes]
-    for path in sorted({p for paths in public.values() for p in paths}):
+    for path in sorted(set().union(*public_sets.values())):
         try:
             matched, _, _ = scanner.scan(safefs.read_chunks(str(path), None, max_bytes))
         except OSError:  # a link or special file among the public material: not evidence either way
             continue
         for s, index in enumerate(indexes):
-            if path in public.get(index.name, ()):
+            if path in public_sets.get(index.name, ()):
                 dropped[s] |= matched[s]
     for s, index in enumerate(indexes):
         index.drop(dropped[s])
@@ -387,22 +388,23 @@ def read_items(path: Path, max_bytes: int = MAX_SCAN_BYTES) -> list:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def public_files(data_dir: Path, own: Path) -> list[Path]:
-    """The files under data_dir/research (what the research sandbox reads), but the split's own."""
+def public_files(data_dir: Path) -> list[Path]:
+    """The regular files under data_dir/research: what the research sandbox reads at /data."""
     research = Path(data_dir) / "research"
-    return [research / e.rel for e in safefs.walk(research) if e.kind == "file" and research / e.rel != own]
+    return [research / e.rel for e in safefs.walk(research) if e.kind == "file"]
 
 
 def scan_run(data_dir: Path, submission: Path, task: object, max_bytes: int = MAX_SCAN_BYTES) -> dict:
     """The bench's scan: the submission against the data dir's full test and val splits, with canaries."""
-    indexes, public = [], {}
+    indexes, public, research = [], {}, public_files(Path(data_dir))
     for split in ("test", "val"):
         path = salt.full_split_file(Path(data_dir), split)
         if path is None:
             continue
-        hidden = path.parent.name == "hidden"
-        indexes.append(build_index(split, read_items(path), salt.canary_of(task, split), hidden))
-        public[split] = public_files(Path(data_dir), path)
+        hidden = path.parent.name == "hidden"  # only hidden splits carry a canary (salt.plant_canaries)
+        canary = salt.canary_of(task, split) if hidden else None
+        indexes.append(build_index(split, read_items(path), canary, hidden))
+        public[split] = [p for p in research if p != path]  # all but the split's own file
     return scan_submission(Path(submission), indexes, public, PARTS, max_bytes)
 
 

@@ -147,16 +147,18 @@ def full_split_file(data_dir: Path, split: str) -> Path | None:
 
 
 def plant_canaries(data_dir: Path, task) -> dict[str, str]:
-    """Add the canary field to every item of the full test and val splits under data_dir (in place).
+    """Add the canary field to every item of the hidden test and val splits under data_dir (in place).
 
     Called once on a freshly provisioned data dir (vtb/pipeline.py), before anything reads it.
     Graders and start messages read named fields, so what is graded is unchanged; only a copy
-    of the items themselves carries the field. Returns {split: file relative to data_dir}.
+    of the items themselves carries the field. A split the research side reads in full (math's
+    val, in research/) gets none: a canary there would prove nothing, and pool and val stay pure
+    functions of the public seed. Returns {split: file relative to data_dir}.
     """
     planted = {}
     for split in ("test", "val"):
         path = full_split_file(data_dir, split)
-        if path is None:
+        if path is None or path.parent.name != "hidden":
             continue
         mark = canary_of(task, split)
         lines = []
