@@ -186,3 +186,7 @@ def test_cli_scans_a_held_out_file_in_gsm8k_schema(math_data, tmp_path):
     assert run.returncode == 1, run.stderr
     assert run.stdout.startswith("FLAGGED (gsm8k_test: 5 of 50 items copied)")
     assert json.loads(out.read_text())["splits"]["gsm8k_test"]["files"][0]["path"] == "data/rows.jsonl"
+    # a canary the held-out file's owner planted, given on the command line
+    (clean / "harness" / "seen.txt").write_text("run-7f3a9c0e5d1b2a4f")
+    args = ["--submission", str(clean), "--split", str(gsm8k), "--canary", "RUN-7F3A9C0E5D1B2A4F"]
+    assert contamination.main(args) == 1
