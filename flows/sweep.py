@@ -42,6 +42,7 @@ class SweepConfig:
     cache_dir: str = ".cache/vtb"
     max_parallel: int = 1  # benches at once
     gpus: list[str] = field(default_factory=list)  # GPU slots, one per running bench (sandbox.gpus=<id>)
+    exclude_flagged: bool = False  # leave runs flagged (contamination, null model) out of the leaderboard
 
 
 def bench_configs(cfg: SweepConfig) -> list[BenchConfig]:
@@ -142,7 +143,7 @@ def _sweep(cfg: SweepConfig) -> dict:
         error = f" ({o['error']})" if "error" in o else ""
         print(f"[sweep] {o['run']}{gpu}: {o['state']}{error}", flush=True)
     runs_dir = Path(cfg.runs_dir).resolve()
-    table, agg = leaderboard.write(runs_dir)
+    table, agg = leaderboard.write(runs_dir, exclude_flagged=cfg.exclude_flagged)
     markdown = (runs_dir / "leaderboard.md").read_text()
     failed = [o for o in outcomes if o["state"] != "completed"]
     if failed:
@@ -185,6 +186,7 @@ def nightly_sweep(
     max_parallel: int = 1,
     gpus: Sequence[str] = (),
     date_subdir: bool = True,
+    exclude_flagged: bool = False,
 ) -> dict:
     """The sweep with JSON parameters, for the Prefect deployment (prefect.yaml).
 
@@ -202,6 +204,7 @@ def nightly_sweep(
         cache_dir=cache_dir,
         max_parallel=max_parallel,
         gpus=[str(g) for g in gpus],
+        exclude_flagged=exclude_flagged,
     )
     return _sweep(cfg)
 

@@ -12,6 +12,7 @@ resumes to the same result.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -221,6 +222,9 @@ def test_an_agent_that_changes_nothing_submits_the_initial_system(tmp_path) -> N
         "test_score": result["initial"]["test_score"],
     }
     assert result["gains_by_part"] == {}
+    scan = result["contamination"]  # the initial system's data, written from the pool: clean
+    assert scan["flagged"] is False and scan["splits"]["test"]["canary_checked"]
+    assert result["grading_determinism"] is None  # regrade_check is an option, off by default
 
 
 def test_a_budget_spent_by_the_initial_system_still_selects_and_grades(tmp_path) -> None:
@@ -290,3 +294,45 @@ def test_the_reference_trains_in_the_background_during_the_research(tmp_path) ->
     at_end = FakeSteps(tmp_path / "b", [{"score": 0.3}, {"score": 0.4}])
     _, expected = run(config(tmp_path / "b", 2, "sandbox.gpus=all"), at_end)  # GPUs: trained at the end
     assert result["reference"]["test_score"] == expected["reference"]["test_score"] > 0
+
+
+def test_a_flagged_submission_is_scored_and_marked_and_a_regrade_is_compared(tmp_path) -> None:
+    """A submission carrying the test canary is graded as usual and marked in result and report;
+    with regrade_check the submission is played a second time and the per-item rewards compared."""
+    import threading
+    from collections import Counter
+    from dataclasses import replace
+
+    from vtb.domains import salt
+
+    cfg = config(tmp_path, 1, "regrade_check=true")
+    fake = FakeSteps(tmp_path, [])
+
+    def turn(key, feedback, before, store, workspace, **_):
+        store, ws = Path(store), Path(workspace)
+        restore(store, before, ws)
+        (ws / "harness" / "harness.py").write_text("SCORE = 0.4\n")
+        (ws / "data" / "seen.txt").write_text(f"id: {salt.canary_of(cfg.task, 'test')}\n")
+        after = snapshot(ws, store)
+        edits = changed_files(store, before, after)
+        return TurnOutcome(after=after, done=True, notes="copied", charge=Charge(), edits=edits)
+
+    plays, lock, play = Counter(), threading.Lock(), fake.play
+
+    def nondeterministic_play(key, harness_dir, model_dir, split, **kw):
+        out = play(key, harness_dir, model_dir, split, **kw)
+        with lock:
+            plays[(harness_dir, model_dir, split)] += 1
+            first = plays[(harness_dir, model_dir, split)] == 1
+        return replace(out, rewards={"test-0": float(first), "test-1": 1.0})  # test-0 moves on a replay
+
+    fake.turn, fake.play = turn, nondeterministic_play
+    _, result = run(cfg, fake)
+    assert result["submitted"]["iteration"] == 1 and result["submitted"]["test_score"] == pytest.approx(0.45)
+    assert result["contamination"]["flagged"] and result["contamination"]["reasons"] == ["test: canary found"]
+    report = (Path(result["record"]) / "report.md").read_text()
+    assert "**FLAGGED**: test: canary found" in report and "data/seen.txt" in report
+    assert re.search(r"^contamination scan +FLAGGED \(items copied: test 0/10 canary", report, re.M)
+    determinism = result["grading_determinism"]
+    assert not determinism["identical"] and determinism["differing_items"] == ["test-0"]
+    assert result["submitted"]["item_rewards"].keys() == {"test-0", "test-1"}

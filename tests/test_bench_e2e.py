@@ -54,6 +54,10 @@ def test_run_record_is_complete(greedy_run):
         assert 0.0 <= result[row]["test_score"] <= 1.0
     assert 0.0 <= result["submitted"]["base_model_test_score"] <= 1.0  # the base-model check ran
     assert "Base-model check" in (run_dir / "report.md").read_text()
+    scan = result["contamination"]  # the default greedy submission is scanned and not flagged
+    assert scan["flagged"] is False and scan["scanned"]["files"] >= 2
+    assert scan["splits"]["test"]["canary_checked"] and scan["splits"]["test"]["decidable"] > 0
+    assert "## Contamination scan" in (run_dir / "report.md").read_text()
     grading = json.loads((run_dir / "grading.json").read_text())
     assert grading["submitted"]["engine"] == "transformers"  # the engine each grade ran on is recorded
     iteration = json.loads((run_dir / "iterations/00.json").read_text())

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from vtb.leaderboard import aggregate, bootstrap_ci, normalised_gain, rows, write
+from vtb.leaderboard import aggregate, bootstrap_ci, is_flagged, main, normalised_gain, pairs, rows, write
 
 
 def _result(
@@ -78,9 +78,72 @@ def test_write_files(tmp_path) -> None:
         (run / "result.json").write_text(json.dumps(_result("math", "greedy", s, sub, 0.0, 0.8)))
     table, agg = write(tmp_path)
     md = (tmp_path / "leaderboard.md").read_text()
-    assert "| math | greedy | 2 | 0.500 [0.400, 0.600] | 0.000 | 0.800 | 0.625 [0.500, 0.750] |" in md
+    # seed SD of (0.4, 0.6) = 0.1414; MDD 95% = t(0.975, 2) * 0.1414 * sqrt(2/2) = 0.608
+    assert (
+        "| math | greedy | 2 | 0.500 [0.400, 0.600] | 0.141 | 0.608 | 0.000 | 0.800 | 0.625 [0.500, 0.750] |"
+        in md
+    )
     (row,) = list(csv.DictReader(open(tmp_path / "leaderboard.csv")))
     assert row["agent"] == "greedy" and float(row["score"]) == pytest.approx(0.5)
     assert (tmp_path / "leaderboard.png").stat().st_size > 1000 and agg["greedy"]["score"] == pytest.approx(
         0.5
     )
+
+
+def _with_items(result: dict, won: int, n: int = 20, flagged: bool = False) -> dict:
+    """A result whose submission won the first `won` of n test items (and was flagged or not)."""
+    result["submitted"]["item_rewards"] = {f"test-{i:02d}": float(i < won) for i in range(n)}
+    result["submitted"]["test_score"] = won / n
+    result["contamination"] = {"flagged": flagged}
+    return result
+
+
+def test_noise_columns_and_paired_comparison_of_greedy_and_noop() -> None:
+    results = [
+        _with_items(_result("math", "greedy", s, 0, 0.0, 0.8), won) for s, won in enumerate((8, 10, 12))
+    ]
+    results += [_with_items(_result("math", "noop", s, 0, 0.0, 0.8), 0) for s in range(3)]
+    table = {r.agent: r for r in rows(results)}
+    # greedy 0.4, 0.5, 0.6 over seeds: SD 0.1, MDD t(0.975, 4) * 0.1 * sqrt(2/3)
+    assert table["greedy"].seed_sd == pytest.approx(0.1) and table["greedy"].mdd95 == pytest.approx(
+        0.22670, abs=1e-5
+    )
+    assert table["noop"].seed_sd == 0.0 and table["noop"].flagged == 0
+    (pair,) = pairs(results)
+    assert (pair.a, pair.b, pair.seeds, pair.items) == ("greedy", "noop", 3, 20)
+    assert pair.diff == pytest.approx(0.5) and 0 < pair.ci_low < 0.5 < pair.ci_high < 1
+    assert pair.verdict == "greedy better"
+    # one run without per-item rewards: that pair falls back to seeds only
+    del results[0]["submitted"]["item_rewards"]
+    (pair,) = pairs(results)
+    assert pair.items == 0 and pair.diff == pytest.approx(0.5)
+    # a reward that is not a finite number is not used as one
+    results[1]["submitted"]["item_rewards"]["test-00"] = float("inf")
+    assert pairs(results)[0].items == 0
+
+
+def test_flagged_runs_are_marked_and_can_be_left_out(tmp_path) -> None:
+    results = [
+        _with_items(_result("math", "greedy", s, 0, 0.0, 0.8), 10 + 5 * s, flagged=s == 2) for s in range(3)
+    ]
+    null = _with_items(_result("math", "noop", 0, 0, 0.0, 0.8), 0)
+    null["submitted"]["flagged_by_null_model"] = True
+    results.append(null)
+    assert [is_flagged(r) for r in results] == [False, False, True, True]
+    kept = {r.agent: r for r in rows(results)}
+    assert kept["greedy"].seeds == 3 and kept["greedy"].flagged == 1 and kept["noop"].flagged == 1
+    left = {r.agent: r for r in rows(results, exclude_flagged=True)}
+    assert (
+        set(left) == {"greedy"} and left["greedy"].seeds == 2 and left["greedy"].score == pytest.approx(0.625)
+    )
+    for r in results:
+        (tmp_path / r["run_id"]).mkdir()
+        (tmp_path / r["run_id"] / "result.json").write_text(json.dumps(r))
+    main([str(tmp_path), "--exclude-flagged"])
+    md = (tmp_path / "leaderboard.md").read_text()
+    assert "2 flagged runs left out" in md and "| math | noop |" not in md
+    write(tmp_path)
+    md = (tmp_path / "leaderboard.md").read_text()
+    assert "| math | noop |" in md and "| math | greedy | noop |" in md  # the paired comparison row
+    (pair,) = list(csv.DictReader(open(tmp_path / "leaderboard_pairs.csv")))
+    assert pair["verdict"] == "greedy better" and int(pair["seeds"]) == 1  # noop ran seed 0 only

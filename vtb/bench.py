@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from vtb import keys, pipeline, record
+from vtb import contamination, keys, noise, pipeline, record
 from vtb.agents import Feedback, best_of, make_agent
 from vtb.blind import null_model, secret_of
 from vtb.config import BenchConfig, ModelConfig
@@ -396,6 +396,7 @@ class Bench:
                 metrics=played.metrics,
                 inference_flops=played.charge.flops,
                 engine=played.engine,
+                rewards=dict(played.rewards),
             )
             if null is not None:
                 score = null.result().score
@@ -405,6 +406,18 @@ class Bench:
             return grade
 
         return finish
+
+    def contamination_scan(self, chosen: Candidate) -> dict | None:
+        """The submission's data/, trainer/ and harness/ against the full test and val splits.
+
+        Orchestrator-side and deterministic; it reads the hidden split and the run's canaries
+        (vtb/contamination.py). A flagged submission is still graded and scored, and marked.
+        """
+        if not self.cfg.contamination_check:
+            return None
+        result = contamination.scan_run(self.data_dir, self.store / chosen.snapshot, self.cfg.task)
+        self._log(f"contamination scan of the submission: {contamination.summary(result)}")
+        return result
 
     def grading_workers(self) -> int:
         """How many grading plays run at once: one on a GPU (a model server each would share it)."""
@@ -443,8 +456,21 @@ class Bench:
             if self.cfg.reference:
                 system, reference = self._reference.result() if self._reference else self.reference_system()
                 pending["reference"] = self.start_grade(pool, system, "reference")
+            regrade = None
+            if self.cfg.regrade_check and chosen.system.weights is not None:
+                # the same play under another key (so not served from the first one's cache)
+                regrade = self._grading_play(pool, chosen.system, None, "regrade")
+            scan = self.contamination_scan(chosen)  # here, while the grading plays run in sandboxes
             grades = {label: wait() for label, wait in pending.items()}
-        outcome = RunOutcome(self.run_id, self.data, self.model, self.history, chosen, grades, reference)
+            determinism = None
+            if regrade is not None:
+                again: PlayResult = regrade.result()
+                sub = grades["submitted"]
+                determinism = noise.regrade_diff(sub.rewards, again.rewards, sub.test_score, again.score)
+                self._log(f"grading determinism: {determinism['note']}")
+        outcome = RunOutcome(
+            self.run_id, self.data, self.model, self.history, chosen, grades, reference, scan, determinism
+        )
         result = self.rec.finish(self.cfg, outcome, self.ledger, self.store)
         self.rec.write_timings(time.monotonic() - self.t0, self.timings)
         print(record.summary_table(result), flush=True)

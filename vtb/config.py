@@ -206,6 +206,8 @@ class BenchConfig:
     null_model_check: bool = True  # re-grade the submission with a null model; flag if it scores
     null_model_threshold: float = 0.05
     base_model_check: bool = True  # also grade the submitted harness with the untrained base model
+    contamination_check: bool = True  # scan the submission for test/val items (vtb/contamination.py)
+    regrade_check: bool = False  # grade the submission a second time: is grading deterministic?
     grading_workers: int = 2  # grading plays at once (each a model server and a harness); 1 with GPUs
 
     def paths(self) -> tuple[Path, Path]:

@@ -6,16 +6,30 @@ normalised gain (s - initial) / (reference - initial) (mean over seeds, with its
 budget used. Per agent, an aggregate across tasks weighted by 1 / (reference - initial) of
 each task, as PostTrainBench weights its benchmarks: a point gained where the reference gains
 little counts more. Writes leaderboard.md, leaderboard.csv and leaderboard.png.
+
+The noise floor (vtb/noise.py): per (task, agent) the seed standard deviation and the minimum
+difference detectable at 95% between two agents given the seeds run; per task, every pair of
+agents as a paired bootstrap CI of A - B over the seeds both ran and the test items (from
+result.json's per-episode `item_rewards`; seeds only where a run lacks them), in
+leaderboard.md and leaderboard_pairs.csv.
+
+Flagged runs (the contamination scan of vtb/contamination.py, or the null-model check) are
+counted per row and kept by default, scored and marked; `exclude_flagged` (CLI
+`--exclude-flagged`, sweep `exclude_flagged=true`) leaves them out of every figure.
 """
 
 from __future__ import annotations
 
 import csv
+import itertools
 import json
+import math
 import random
 import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from vtb import noise
 
 BOOTSTRAP_SAMPLES = 10_000
 BOOTSTRAP_SEED = 0  # fixed: the same runs give the same CIs
@@ -59,16 +73,81 @@ class Row:
     gain_ci_high: float | None
     budget_used: float  # mean, in budget_unit
     budget_unit: str
+    seed_sd: float | None = None  # sample SD of the submitted test score over seeds
+    mdd95: float | None = None  # minimum difference to another agent detectable at 95% (vtb/noise.py)
+    flagged: int = 0  # runs flagged by the contamination scan or the null-model check
+
+
+@dataclass
+class Pair:
+    """Agent a minus agent b on one task: paired bootstrap over seeds and test items."""
+
+    task: str
+    a: str
+    b: str
+    diff: float
+    ci_low: float
+    ci_high: float
+    seeds: int
+    items: int  # 0: seeds only (a run without per-item rewards)
+    verdict: str
 
 
 def read_results(runs_dir: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(Path(runs_dir).glob("*/result.json"))]
 
 
-def rows(results: list[dict]) -> list[Row]:
+def is_flagged(result: dict) -> bool:
+    """Flagged by the contamination scan or by the null-model check (scored, but marked)."""
+    scan = result.get("contamination") or {}
+    return bool(scan.get("flagged")) or bool((result.get("submitted") or {}).get("flagged_by_null_model"))
+
+
+def _groups(results: list[dict], exclude_flagged: bool) -> dict[tuple[str, str], list[dict]]:
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in results:
-        groups.setdefault((r["task"], r["agent"]), []).append(r)
+        if not (exclude_flagged and is_flagged(r)):
+            groups.setdefault((r["task"], r["agent"]), []).append(r)
+    return groups
+
+
+def item_rewards(result: dict) -> dict[str, float] | None:
+    """The submission's per-episode test rewards, or None if absent or not all finite numbers."""
+    got = (result.get("submitted") or {}).get("item_rewards")
+    if not isinstance(got, dict) or not got:
+        return None
+    ok = all(
+        isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in got.values()
+    )
+    return {str(k): float(v) for k, v in got.items()} if ok else None
+
+
+def _by_seed(runs: list[dict], per_item: bool) -> dict[int, dict[str, float]]:
+    """{seed: per-item rewards}, or {seed: {"": test score}} to compare over seeds only."""
+    return {r["seed"]: item_rewards(r) if per_item else {"": r["submitted"]["test_score"]} for r in runs}
+
+
+def pairs(results: list[dict], exclude_flagged: bool = False) -> list[Pair]:
+    """Every pair of agents on each task, A - B as a paired bootstrap CI (vtb.noise.paired_bootstrap)."""
+    groups = _groups(results, exclude_flagged)
+    out = []
+    for task in sorted({t for t, _ in groups}):
+        agents = sorted(a for t, a in groups if t == task)
+        for a, b in itertools.combinations(agents, 2):
+            runs = groups[(task, a)] + groups[(task, b)]
+            per_item = all(item_rewards(r) is not None for r in runs)
+
+            p = noise.paired_bootstrap(
+                _by_seed(groups[(task, a)], per_item), _by_seed(groups[(task, b)], per_item)
+            )
+            if p is not None:
+                verdict = {"A better": f"{a} better", "B better": f"{b} better"}.get(p.verdict, p.verdict)
+                out.append(Pair(task, a, b, p.diff, p.ci_low, p.ci_high, p.seeds, p.items, verdict))
+    return out
+
+
+def rows(results: list[dict], exclude_flagged: bool = False) -> list[Row]:
+    groups = _groups(results, exclude_flagged)
     out = []
     for (task, agent), runs in sorted(groups.items()):
         scores = [r["submitted"]["test_score"] for r in runs]
@@ -89,6 +168,7 @@ def rows(results: list[dict]) -> list[Row]:
         ]
         lo, hi = bootstrap_ci(scores)
         glo, ghi = bootstrap_ci(gains) if gains else (None, None)
+        sd = noise.seed_sd(scores)
         out.append(
             Row(
                 task,
@@ -104,6 +184,9 @@ def rows(results: list[dict]) -> list[Row]:
                 ghi,
                 statistics.fmean(r["budget"]["used"] for r in runs),
                 runs[0]["budget"]["unit"],
+                seed_sd=sd,
+                mdd95=noise.min_detectable_difference(sd, len(runs)),
+                flagged=sum(is_flagged(r) for r in runs),
             )
         )
     return out
@@ -130,32 +213,66 @@ def _fmt(x: float | None, digits: int = 3) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-def write(runs_dir: Path, out_dir: Path | None = None) -> tuple[list[Row], dict]:
-    """Write leaderboard.md / .csv / .png for the runs under runs_dir; returns (rows, aggregate)."""
+def write(
+    runs_dir: Path, out_dir: Path | None = None, exclude_flagged: bool = False
+) -> tuple[list[Row], dict]:
+    """Write leaderboard.md / .csv / .png and leaderboard_pairs.csv for the runs under runs_dir.
+
+    Returns (rows, aggregate). With exclude_flagged, flagged runs are left out of every figure.
+    """
     out_dir = Path(out_dir or runs_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    table = rows(read_results(runs_dir))
+    results = read_results(runs_dir)
+    table = rows(results, exclude_flagged)
+    compared = pairs(results, exclude_flagged)
     agg = aggregate(table)
-    with open(out_dir / "leaderboard.csv", "w", newline="") as f:
-        fields = list(Row.__dataclass_fields__)
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        for r in table:
-            writer.writerow(asdict(r))
+    for name, cls, records in (("leaderboard.csv", Row, table), ("leaderboard_pairs.csv", Pair, compared)):
+        with open(out_dir / name, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(cls.__dataclass_fields__))
+            writer.writeheader()
+            for r in records:
+                writer.writerow(asdict(r))
+    n_flagged = sum(is_flagged(r) for r in results)
+    flagged_note = (
+        f"{n_flagged} flagged runs left out (--exclude-flagged)."
+        if exclude_flagged
+        else "flagged: runs flagged by the contamination scan or the null-model check, scored and counted here."
+    )
     lines = [
         "# Leaderboard",
         "",
         f"Submitted test score: mean over seeds [95% bootstrap CI, {BOOTSTRAP_SAMPLES} resamples]. "
-        "Normalised gain = (submitted - initial) / (reference - initial).",
+        "Normalised gain = (submitted - initial) / (reference - initial). Seed SD: sample standard "
+        "deviation over seeds; MDD 95%: the smallest difference to another agent run on as many seeds "
+        "that a two-sided test at 95% tells from that seed noise, t(0.975, 2(n-1)) x SD x sqrt(2/n). "
+        + flagged_note,
         "",
-        "| task | agent | seeds | submitted [95% CI] | initial | reference | normalised gain [95% CI] | budget used |",
-        "|---|---|---:|---|---:|---:|---|---:|",
+        "| task | agent | seeds | submitted [95% CI] | seed SD | MDD 95% | initial | reference "
+        "| normalised gain [95% CI] | budget used | flagged |",
+        "|---|---|---:|---|---:|---:|---:|---:|---|---:|---:|",
     ]
     for r in table:
         gain = "-" if r.gain is None else f"{r.gain:.3f} [{r.gain_ci_low:.3f}, {r.gain_ci_high:.3f}]"
         lines.append(
             f"| {r.task} | {r.agent} | {r.seeds} | {r.score:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}] | "
-            f"{r.initial:.3f} | {_fmt(r.reference)} | {gain} | {r.budget_used:.3g} {r.budget_unit} |"
+            f"{_fmt(r.seed_sd)} | {_fmt(r.mdd95)} | {r.initial:.3f} | {_fmt(r.reference)} | {gain} | "
+            f"{r.budget_used:.3g} {r.budget_unit} | {r.flagged} |"
+        )
+    lines += [
+        "",
+        "## Paired comparisons (A - B, same seeds and test items)",
+        "",
+        f"Mean of A - B over the seeds both ran and the test items every run graded, with a 95% "
+        f"bootstrap CI resampling seeds and items ({noise.PAIRED_SAMPLES} resamples, seed "
+        f"{noise.PAIRED_SEED}); items 0 = seeds only (a run without per-item rewards).",
+        "",
+        "| task | A | B | A - B [95% CI] | seeds | items | verdict |",
+        "|---|---|---|---|---:|---:|---|",
+    ]
+    for p in compared:
+        lines.append(
+            f"| {p.task} | {p.a} | {p.b} | {p.diff:+.3f} [{p.ci_low:+.3f}, {p.ci_high:+.3f}] | "
+            f"{p.seeds} | {p.items} | {p.verdict} |"
         )
     lines += [
         "",
@@ -208,8 +325,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Write leaderboard.md/.csv/.png for a runs_dir.")
     parser.add_argument("runs_dir", type=Path)
     parser.add_argument("--out", type=Path, default=None, help="default: the runs_dir")
+    parser.add_argument("--exclude-flagged", action="store_true", help="leave flagged runs out")
     args = parser.parse_args(argv)
-    table, _ = write(args.runs_dir, args.out)
+    table, _ = write(args.runs_dir, args.out, args.exclude_flagged)
     print((Path(args.out or args.runs_dir) / "leaderboard.md").read_text())
     if not table:
         raise SystemExit(f"no result.json under {args.runs_dir}/*/: nothing to rank")

@@ -36,6 +36,8 @@ from vtb.workspace import snapshot
 def provision_data(task: TaskConfig, cache: Path) -> DataResult:
     """Write the task's splits once per task config and salt: research/ (pool, val) and hidden/ (test).
 
+    Every item of the full test and val splits carries the split's canary (salt.plant_canaries).
+
     The key and the result carry the salt's sha256 (`test_salt_sha256`, vtb/domains/salt.py),
     never the salt: a salt from a file or the environment changes the key as an inline one does.
     """
@@ -44,6 +46,7 @@ def provision_data(task: TaskConfig, cache: Path) -> DataResult:
     if not (data_dir / "DONE").exists():
         tmp = Path(tempfile.mkdtemp(dir=cache, prefix=".data-"))
         counts = domain.provision(task, tmp)
+        salt.plant_canaries(tmp, task)  # the contamination scan's certain flag (vtb/contamination.py)
         (tmp / "counts.json").write_text(json.dumps(counts))
         (tmp / "DONE").write_text("")
         shutil.rmtree(data_dir, ignore_errors=True)

@@ -133,6 +133,7 @@ class RunRecord:
                 "iteration": chosen["iteration"],
                 "flagged_by_null_model": grades["submitted"].get("flagged"),
                 "base_model_test_score": grades["submitted"].get("base_model_score"),
+                "item_rewards": grades["submitted"].get("rewards"),  # per test episode: paired comparisons
             },
             "reference": {"test_score": grades["reference"]["test_score"], **_passes(grades["reference"])}
             if "reference" in grades
@@ -149,6 +150,8 @@ class RunRecord:
             },
             "iterations": len(history) - 1,
             "gains_by_part": gains,
+            "contamination": run.contamination,
+            "grading_determinism": run.determinism,
             "record": str(self.dir),
         }
         _dump(self.dir / "result.json", result)
@@ -214,6 +217,57 @@ def attribute_gains(history: list[dict], chosen: dict) -> dict[str, float]:
     return {k: round(v, 4) for k, v in gains.items()}
 
 
+def contamination_line(scan: dict | None) -> str:
+    """The scan in one line of the summary table: flagged or not, items hit per split, canaries."""
+    if not scan:
+        return "not run"
+    splits = ", ".join(
+        f"{name} {v['hit_items']}/{v['decidable']}" + (" canary" if v["canary_found"] else "")
+        for name, v in scan["splits"].items()
+    )
+    head = "FLAGGED" if scan["flagged"] else "not flagged"
+    return f"{head} (items copied: {splits or 'no split'})"
+
+
+def contamination_lines(scan: dict | None) -> list[str]:
+    """report.md's section on the scan: verdict, per split, per file with examples (all inert text)."""
+    if not scan:
+        return []
+    t = scan["thresholds"]
+    verdict = "**FLAGGED**: " + "; ".join(map(md_text, scan["reasons"])) if scan["flagged"] else "not flagged"
+    lines = [
+        "",
+        "## Contamination scan",
+        "",
+        f"Submission {verdict} (scored as graded, and marked). {t['ngram']}-grams ({t['short_ngram']}-grams for "
+        f"short fields) of normalised text, public n-grams left out; an item is copied at {t['item_coverage']:.0%} "
+        f"of a field's n-grams; a split is flagged at {t['flag_min_items']} items and {t['flag_fraction']:.0%}, "
+        f"or on its canary. Scanned {scan['scanned']['files']} files, {scan['scanned']['bytes']} bytes.",
+        "",
+    ]
+    for name, v in scan["splits"].items():
+        where = "hidden" if v["hidden"] else "public (reported, not flagged)"
+        lines.append(
+            f"- {md_text(name)} ({where}): {v['hit_items']} of {v['decidable']} items copied "
+            f"({v['hit_fraction']:.1%}), canary {'FOUND' if v['canary_found'] else 'not found'}"
+            f"{', flagged' if v['flagged'] else ''}."
+        )
+        for f in v["files"][:10]:
+            examples = "; ".join(f"{md_text(e['item'])}: {md_text(e['text'], 80)}" for e in f["examples"])
+            canary = ", canary" if f["canary"] else ""
+            lines.append(
+                f"  - {md_text(f['path'], 200)}: {f['ngrams']} n-grams of {f['items']} items{canary}. {examples}"
+            )
+    for key, label in (("skipped", "links and special files not read"), ("truncated", "read in part (cap)")):
+        if scan["scanned"][key]:
+            shown = ", ".join(
+                md_text(x if isinstance(x, str) else f"{x['path']} ({x['kind']})", 120)
+                for x in scan["scanned"][key][:10]
+            )
+            lines.append(f"- {label}: {shown}")
+    return lines
+
+
 def summary_table(result: dict) -> str:
     b = result["budget"]
 
@@ -236,6 +290,7 @@ def summary_table(result: dict) -> str:
         *gpu_row,
         ("research agent's LLM", f"{b.get('agent_tokens', 0)} tokens, ${b.get('agent_cost_usd', 0.0):.4f}"),
         ("gain by part (val)", ", ".join(f"{k} {v:+.3f}" for k, v in result["gains_by_part"].items()) or "-"),
+        ("contamination scan", contamination_line(result.get("contamination"))),
         ("run record", result["record"]),
     ]
     width = max(len(k) for k, _ in rows)
@@ -331,4 +386,9 @@ def write_report(run_dir: Path, result: dict, history: list[dict], grades: dict)
         )
     if sub.get("denials"):
         lines.append(f"- Blocked access attempts seen at grading: {len(sub['denials'])} (see grading.json).")
+    if result.get("grading_determinism"):
+        lines.append(
+            f"- Grading determinism (the submission graded twice): {md_text(result['grading_determinism']['note'])}."
+        )
+    lines += contamination_lines(result.get("contamination"))
     (run_dir / "report.md").write_text("\n".join(lines) + "\n")

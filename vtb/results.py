@@ -147,6 +147,7 @@ class Grade:
     null_model_score: float | None = None
     flagged: bool | None = None
     base_model_score: float | None = None  # the same harness served the untrained base model
+    rewards: dict[str, float] = field(default_factory=dict)  # per test episode (paired comparisons)
 
     def to_json(self) -> dict:
         if self.note:  # an ungraded system records only its score and why
@@ -171,3 +172,5 @@ class RunOutcome:
     chosen: Candidate
     grades: dict[str, Grade]  # initial, submitted and (when built) reference
     reference: dict | None  # its snapshot, weights and, for a released model, the hub id
+    contamination: dict | None = None  # the submission's contamination scan (vtb/contamination.py)
+    determinism: dict | None = None  # the submission graded twice (bench option regrade_check)

@@ -299,6 +299,26 @@ def read_bytes(path: Path, max_bytes: int) -> bytes:
     return data
 
 
+def read_chunks(name: str, dir_fd: int | None, limit: int, chunk: int = CHUNK) -> Iterator[bytes]:
+    """The first `limit` bytes of a regular file, in blocks of at most `chunk` (for scanning).
+
+    Opened like read_bytes (no link followed, a FIFO or device raises Rejected before any read);
+    a larger file is cut at `limit` rather than refused, so a caller can scan the head of a huge
+    or sparse file within its own byte budget. `dir_fd` is a `walk` entry's directory.
+    """
+    fd, _ = _open_regular(name, dir_fd)
+    try:
+        left = limit
+        while left > 0:
+            block = os.read(fd, min(chunk, left))
+            if not block:
+                return
+            left -= len(block)
+            yield block
+    finally:
+        os.close(fd)
+
+
 def read_json(path: Path, max_bytes: int = MB) -> object:
     """A bounded read_bytes parsed as JSON; malformed content raises Rejected."""
     try:

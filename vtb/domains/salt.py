@@ -25,6 +25,8 @@ publishes only its sha256 (recorded in the manifest as `test_salt_sha256`).
 from __future__ import annotations
 
 import hashlib
+import hmac
+import json
 import os
 import random
 from pathlib import Path
@@ -101,3 +103,72 @@ def cut_records(records: list, task) -> tuple[list, list, list]:
     val, rest = records[: task.n_val], records[task.n_val :]
     random.Random(hidden_seed(task)).shuffle(rest)
     return rest[: task.n_test], val, rest[task.n_test :]
+
+
+# --- canaries ----------------------------------------------------------------------------------
+# A canary is a random-looking string carried in every item of a split (a field the graders never
+# read), derived from the salt: a research sandbox cannot compute it, and it cannot copy it
+# without having the split's items. Its appearance anywhere in a submission is therefore a
+# certain sign that the submission was made from those items (vtb/contamination.py).
+
+CANARY_FIELD = "canary"
+CANARY_PREFIX = "VTB-CANARY-"
+CANARY_HEX = 32  # 128 bits: no chance collision
+
+
+def canary(salt: str, data_seed: int, task_name: str, split: str) -> str:
+    """The split's canary: "VTB-CANARY-" + hmac-sha256(salt, task, data_seed, split), 32 hex digits.
+
+    Keyed by the salt (which no sandbox sees), so neither the public seed nor the code gives it,
+    and each split's differs: the public val canary of a domain that shows val in full tells
+    nothing of the test canary.
+    """
+    text = f"vtb-canary\0{task_name}\0{data_seed}\0{split}"
+    digest = hmac.new(salt.encode(), text.encode(), hashlib.sha256).hexdigest()
+    return CANARY_PREFIX + digest[:CANARY_HEX]
+
+
+def canary_of(task, split: str) -> str:
+    """The canary of `split` ("test" or "val") for a task config."""
+    return canary(resolve(task), task.data_seed, task.name, split)
+
+
+def full_split_file(data_dir: Path, split: str) -> Path | None:
+    """Where a data dir keeps `split` in full (the layout of vtb/domains/common.py), if it does.
+
+    test: hidden/test.jsonl. val: hidden/val.jsonl where the research side sees only ids and
+    templates (tau, terminal, swe), else research/val.jsonl (math shows val in full).
+    """
+    if split == "test":
+        candidates = [data_dir / "hidden" / "test.jsonl"]
+    else:
+        candidates = [data_dir / "hidden" / f"{split}.jsonl", data_dir / "research" / f"{split}.jsonl"]
+    return next((p for p in candidates if p.is_file()), None)
+
+
+def plant_canaries(data_dir: Path, task) -> dict[str, str]:
+    """Add the canary field to every item of the hidden test and val splits under data_dir (in place).
+
+    Called once on a freshly provisioned data dir (vtb/pipeline.py), before anything reads it.
+    Graders and start messages read named fields, so what is graded is unchanged; only a copy
+    of the items themselves carries the field. A split the research side reads in full (math's
+    val, in research/) gets none: a canary there would prove nothing, and pool and val stay pure
+    functions of the public seed. Returns {split: file relative to data_dir}.
+    """
+    planted = {}
+    for split in ("test", "val"):
+        path = full_split_file(data_dir, split)
+        if path is None or path.parent.name != "hidden":
+            continue
+        mark = canary_of(task, split)
+        lines = []
+        for line in path.read_text().splitlines():
+            if not line.strip():
+                continue
+            item = json.loads(line)
+            if isinstance(item, dict):
+                item[CANARY_FIELD] = mark
+            lines.append(json.dumps(item))
+        path.write_text("".join(f"{line}\n" for line in lines))
+        planted[split] = str(path.relative_to(data_dir))
+    return planted
