@@ -57,6 +57,7 @@ class ModelServer:
         self.engine, self.key, self.limits = engine, key, limits or Limits()
         self.window_s, self.max_batch = window_ms / 1000.0, max_batch
         self.tokenizer = engine.tokenizer
+        # The engine's serving window: with vLLM the smaller of the model's and max_model_len.
         self.window = int(engine.max_positions)
         self._token_lock = threading.Lock()  # HF tokenizers are not safe across threads
         self._jobs: queue.Queue[_Job] = queue.Queue()
@@ -121,7 +122,7 @@ class ModelServer:
         for text in texts:
             ids = self._encode(text, add_special=kind == "completions")
             if req.truncate is not None and req.truncate > 0:
-                ids = ids[-req.truncate :]
+                ids = ids[-min(req.truncate, keep) :]  # never past the serving window (vLLM would refuse)
                 prompt: str | list[int] = ids
             elif len(ids) > keep and req.truncate is None:
                 raise ApiError(
