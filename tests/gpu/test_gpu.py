@@ -36,7 +36,7 @@ def _need(module: str | None = None) -> None:
         try:
             __import__(module)
         except ImportError:
-            missing = f"{module} not installed (pip install -e '.[gpu,vllm]')"
+            missing = f"{module} not installed (scripts/install.sh --gpu)"
     if missing:
         if os.environ.get("VTB_REQUIRE_GPU") == "1":
             pytest.fail(missing)

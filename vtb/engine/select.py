@@ -48,7 +48,7 @@ def vllm_unavailable() -> str | None:
     try:
         import vllm  # noqa: F401
     except Exception as e:  # noqa: BLE001 (a broken install is as unusable as a missing one)
-        return f"the vllm package cannot be imported ({type(e).__name__}: {e}); pip install -e '.[vllm]'"
+        return f"the vllm package cannot be imported ({type(e).__name__}: {e}); scripts/install.sh --gpu"
     import torch
 
     if not torch.cuda.is_available():
