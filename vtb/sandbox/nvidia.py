@@ -10,8 +10,8 @@ public reports (bubblejail#123, systemd#38018, a cuda-checkpoint strace, and a b
   library assumes it is not and tries to load it, which a sandbox cannot.
 - `/sys/bus/pci/devices/<bdf>`: the GPUs' PCI functions, symlinks into `/sys/devices`.
 - `/sys/devices`: those links' targets and `/sys/devices/system/{cpu,node}` (NUMA placement).
-- `/sys/class` and `/sys/dev`: only indexes of symlinks into `/sys/devices`; bound so lookups
-  by class or by device number resolve, at no extra exposure.
+- `/sys/class` and `/sys/dev`: indexes of `/sys/devices` (symlinks into it, besides a few
+  class-level control files, read-only here), bound so lookups by class or device number resolve.
 
 Not bound: `/sys/fs` (cgroups, bpf), `/sys/kernel` (debugfs, tracing, security), `/sys/firmware`,
 `/sys/power` and every other module's parameters. The device tree is host hardware description,
