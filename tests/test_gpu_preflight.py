@@ -66,24 +66,28 @@ def test_missing_python_headers_and_ldconfig_are_named(tmp_path):
     )
 
 
-def test_a_compiler_that_cannot_build_the_launcher_is_named():
-    reason = triton_unavailable(env={"CC": "/bin/false"})
+def test_a_compiler_that_cannot_build_the_launcher_is_named(tmp_path):
+    (tmp_path / "Python.h").write_text("")
+    reason = triton_unavailable(env={"CC": "/bin/false"}, include_dir=str(tmp_path), ldconfig="/bin/true")
     assert reason is not None and "/bin/false cannot compile a file including Python.h" in reason
     assert "apt-get install gcc python3-dev" in reason and reason.startswith("Triton")
 
 
-def test_the_toolchain_is_seen_inside_a_bwrap_sandbox():
-    """With the host's /usr mounted, the sandbox sees the same compiler and headers (this host has them)."""
-    assert triton_problems() == [], "this test machine itself lacks gcc or Python.h"
+def test_the_toolchain_is_seen_inside_a_bwrap_sandbox_as_on_the_host():
+    """With the host's /usr mounted, the sandbox finds the compiler, Python.h and ldconfig the host
+    has (or misses the same ones); where the host has them all, the probe compiles inside too."""
+    host = triton_problems(compile_probe=False)
     code = (
-        f"import json, sys; sys.path.insert(0, {ROOT!r}); "
-        "from vtb.engine.toolchain import triton_problems; print(json.dumps(triton_problems()))"
+        f"import json, sys; sys.path.insert(0, {ROOT!r}); from vtb.engine.toolchain import triton_problems; "
+        f"print(json.dumps([triton_problems(compile_probe=False), triton_problems(compile_probe={not host})]))"
     )
     result = sandbox_backend("bwrap").run(
         [sys.executable, "-c", code], mounts=runtime_mounts(), limits=Limits(wall_seconds=60)
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert json.loads(result.stdout) == []
+    inside, probed = json.loads(result.stdout)
+    assert inside == host
+    assert probed == host  # [] where the host can build: the launcher compiles in the sandbox
 
 
 def test_vllm_is_unavailable_with_the_fix_when_triton_cannot_build(monkeypatch):
