@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -96,29 +95,33 @@ def test_launch_commands_use_the_sandboxes_gpus():
         launcher_argv("/py", 2, "0", None, args)
 
 
+@pytest.mark.slow  # ~10 s: DeepSpeed's import, twice (the launcher and its accelerator check)
 def test_a_bwrap_sandbox_on_gpu_2_gives_the_rank_gpu_2(tmp_path):
-    """sandbox.gpus=2: the sandbox's CUDA_VISIBLE_DEVICES is "2", and DeepSpeed's own launcher,
-    run on that command line, hands the one rank CUDA_VISIBLE_DEVICES=2 (not 0, which inside a
-    sandbox holding only GPU 2's node would be no device or the wrong one)."""
-    import subprocess
+    """sandbox.gpus=2: inside the bwrap sandbox CUDA_VISIBLE_DEVICES is "2", and DeepSpeed's own
+    launcher, run there on ds_launch's command line, hands the one rank CUDA_VISIBLE_DEVICES=2
+    (not 0, which in a sandbox holding only GPU 2's node would be no device or the wrong one)."""
     import sys
 
     from tests.test_sandbox_gpu import ScheduleReader
     from vtb.sandbox import Limits as SandboxLimits
+    from vtb.sandbox import runtime_mounts
+    from vtb.sandbox.base import Mount
 
     pytest.importorskip("deepspeed", reason="pip install -e '.[deepspeed]'")
     sandbox = sandbox_backend("bwrap", gpus="2", gpu_reader=ScheduleReader(4))
-    env = sandbox.env(SandboxLimits(), None)
-    assert env["CUDA_VISIBLE_DEVICES"] == "2" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
-    rank = tmp_path / "rank.py"
-    rank.write_text(
+    assert sandbox.env(SandboxLimits(), None)["CUDA_VISIBLE_DEVICES"] == "2"
+    (tmp_path / "rank.py").write_text(
         "import os; print('rank', os.environ['RANK'], os.environ['WORLD_SIZE'], os.environ['CUDA_VISIBLE_DEVICES'])"
     )
-    argv = launcher_argv(sys.executable, 1, env["CUDA_VISIBLE_DEVICES"], str(rank), [])
-    run_env = {**os.environ, "CUDA_VISIBLE_DEVICES": "2", "DS_ACCELERATOR": "cpu"}
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=run_env)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "rank 0 1 2" in done.stdout.splitlines()
+    argv = launcher_argv(sys.executable, 1, "2", "/ws/rank.py", [])
+    result = sandbox.run(
+        argv,
+        mounts=runtime_mounts() + [Mount(tmp_path, "/ws")],
+        limits=SandboxLimits(wall_seconds=120, cpu_seconds=120),
+        env={"DS_ACCELERATOR": "cpu"},  # no GPU here: the launcher only maps ids, the rank runs on the CPU
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "rank 0 1 2" in result.stdout.splitlines()
 
 
 def test_device_checks_name_the_fix():
