@@ -88,6 +88,7 @@ def test_launch_commands_use_the_sandboxes_gpus():
     assert argv[:4] == ["/py", "-u", "-m", "deepspeed.launcher.launch"]
     assert f"--master_port={MASTER_PORT}" in argv and "--master_addr=127.0.0.1" in argv
     assert _world(argv) == {"localhost": [3, 5]}  # the first two of the sandbox's GPUs, as numbered there
+    assert _world(launcher_argv("/py", 1, "2", None, args)) == {"localhost": [2]}  # sandbox.gpus=2
     assert argv[-4:] == ["--module", "vtb.engine.sft", *args] and "--no_local_rank" in argv
     plain = launcher_argv("/py", 4, None, "/ws/trainer/train.py", args)
     assert _world(plain) == {"localhost": [0, 1, 2, 3]} and plain[-3:] == ["/ws/trainer/train.py", *args]
@@ -95,7 +96,7 @@ def test_launch_commands_use_the_sandboxes_gpus():
         launcher_argv("/py", 2, "0", None, args)
 
 
-@pytest.mark.slow  # ~10 s: DeepSpeed's import, twice (the launcher and its accelerator check)
+@pytest.mark.slow  # 10-15 s, nearly all of it DeepSpeed's import in the launcher
 def test_a_bwrap_sandbox_on_gpu_2_gives_the_rank_gpu_2(tmp_path):
     """sandbox.gpus=2: inside the bwrap sandbox CUDA_VISIBLE_DEVICES is "2", and DeepSpeed's own
     launcher, run there on ds_launch's command line, hands the one rank CUDA_VISIBLE_DEVICES=2
