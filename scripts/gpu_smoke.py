@@ -11,12 +11,26 @@ Offline, like every run: the math miniature and the tiny base model are made her
      scores, GPU-seconds, wall.
   3. Throughput: the same prompts through both engines in this process, generated tokens/s.
 Prints a table and writes it, with the raw figures, to --out/gpu_smoke.json.
+
+It FAILS (exit 1, each reason on stderr) when the vLLM row ran on the transformers engine (a
+fallback), when any episode went unanswered, when a harness needed more than one restart, or
+when it ran past its time budget (`smoke_failures`, unit-tested on the CPU in
+tests/test_gpu_smoke.py). A host that cannot build Triton's launcher stops it before any work.
+
+Sizing (one GPU, under 8 minutes with scripts/gpu_smoke.sh's pytest part, which takes about 2):
+the tiny model (a few hundred thousand parameters), 400 training rows x 3 epochs on one ZeRO-2
+rank, 200 val episodes per engine and 256 throughput prompts x 40 tokens. Their GPU work is
+seconds; what takes the time is fixed cost: provisioning the tiny base model on the CPU (~30 s),
+DeepSpeed's start (~30 s), and three vLLM starts (two servers' worth of engine load plus the
+throughput engine, ~40-60 s each with enforce_eager and a cold Triton cache). gpu_smoke.sh gives
+this script what is left of 480 s after the pytest part as --budget-s.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import replace
@@ -26,17 +40,69 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
+MAX_RESTARTS = 1  # harness restarts a grading run may need; more fails the smoke
+
+
+def smoke_failures(
+    grades: dict[str, dict],
+    n_episodes: int,
+    expect_vllm: bool = True,
+    elapsed_s: float | None = None,
+    budget_s: float | None = None,
+) -> list[str]:
+    """Why the smoke failed (one line each), [] when it passed. Pure: tests feed it fake grades.
+
+    grades: per engine name ("vllm", "transformers"), the figures `main` records: engine_ran
+    (the server's engine, "transformers (fallback from vllm: ...)" on a fallback), answered,
+    restarts (harness processes that died or were killed) and failed (episode id -> why).
+    expect_vllm=False (--cpu) requires the vLLM row to have fallen back instead.
+    """
+    failures = []
+    for name in ("vllm", "transformers"):
+        g = grades.get(name)
+        if g is None:
+            failures.append(f"{name}: not graded")
+            continue
+        ran = str(g.get("engine_ran", ""))
+        fell_back = "fallback" in ran or not ran.startswith(name)
+        if name == "vllm" and expect_vllm and fell_back:
+            failures.append(f"vllm: the grading ran on {ran or 'no engine'!r}, not vLLM")
+        elif name == "vllm" and not expect_vllm and not ran.startswith("transformers (fallback"):
+            failures.append(f"vllm (--cpu): expected a fallback to transformers, ran {ran!r}")
+        elif name == "transformers" and fell_back:
+            failures.append(f"transformers: the grading ran on {ran!r}")
+        unanswered = n_episodes - int(g.get("answered", 0))
+        failed = g.get("failed") or {}
+        if unanswered > 0 or failed:
+            why = "; ".join(f"{k}: {v}" for k, v in list(failed.items())[:3])
+            failures.append(
+                f"{name}: {max(unanswered, len(failed))} of {n_episodes} episodes unanswered ({why})"
+            )
+        if int(g.get("restarts", 0)) > MAX_RESTARTS:
+            failures.append(f"{name}: {g['restarts']} harness restarts (at most {MAX_RESTARTS})")
+    if budget_s is not None and elapsed_s is not None and elapsed_s > budget_s:
+        failures.append(f"took {elapsed_s:.0f} s, over its {budget_s:.0f} s budget")
+    return failures
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gpu", default="0", help="the GPU index to use")
     parser.add_argument("--out", type=Path, default=Path("/tmp/vtb-gpu-smoke"))
     parser.add_argument("--prompts", type=int, default=256, help="prompts for the throughput figure")
+    parser.add_argument("--budget-s", type=float, default=360.0, help="fail when this script takes longer")
     parser.add_argument(
         "--cpu",
         action="store_true",
         help="check this script's plumbing without a GPU: DeepSpeed on a CPU rank, vLLM falls back",
     )
     args = parser.parse_args()
+    from vtb.engine.toolchain import triton_problems
+
+    problems = [] if args.cpu else triton_problems()  # bwrap sandboxes see this host's /usr
+    if problems:
+        print("error: vLLM could not start:\n  " + "\n  ".join(problems), file=sys.stderr)
+        return 2
     args.out.mkdir(parents=True, exist_ok=True)
     figures: dict = {}
     t0 = time.monotonic()
@@ -65,9 +131,11 @@ def main() -> int:
     from vtb.compose import task_config
     from vtb.config import BenchConfig, DeepSpeedConfig, ModelConfig, SandboxConfig, TrainerConfig
     from vtb.domains.registry import get_domain
-    from vtb.engine.select import engine_env
+    from vtb.engine.select import VLLM_ENV, engine_env
     from vtb.sandbox.base import Limits
-    from vtb.service import ModelService
+    from vtb.service import ModelService, engine_cache_for
+
+    os.environ.update(VLLM_ENV)  # the throughput engine runs vLLM in this process: logs to stderr
 
     gpu = None if args.cpu else args.gpu
     figures["versions"] = {
@@ -133,9 +201,8 @@ def main() -> int:
     for name in ("vllm", "transformers"):
         episodes = domain.episodes(data_dir, "val", task, sandbox=sandbox)
         # The model server (vtb/serve) holds the GPU and the checkpoint; the harness only its socket.
-        with ModelService(
-            sandbox, checkpoint, limits, env=engine_env(name, {}, fallback=args.cpu)
-        ) as service:
+        env = engine_env(name, {}, fallback=args.cpu)
+        with ModelService(sandbox, checkpoint, limits, env=env, cache_dir=engine_cache_for(name)) as service:
             out = runner.play(
                 sandbox,
                 store / sid / "harness",
@@ -144,13 +211,17 @@ def main() -> int:
                 limits=replace(limits, max_flops=None),
                 round_timeout_s=300,
                 per_episode_timeout_s=1.0,
+                max_restarts=MAX_RESTARTS,
             )
         out.charge, out.engine = out.charge + service.charge, service.engine
         score = sum(ep.reward() for ep in episodes) / len(episodes)
         figures["grade"][name] = {
             "engine_ran": out.engine,
             "val_score": round(score, 4),
+            "episodes": len(episodes),
             "answered": len(out.actions),
+            "restarts": out.crashes,
+            "failed": dict(list(out.failed.items())[:10]),
             "wall_s": round(out.charge.wall_seconds, 1),
             "gpu_seconds": round(out.charge.gpu_seconds, 1),
             "flops": out.charge.flops,
@@ -158,9 +229,15 @@ def main() -> int:
         say(f"graded val on {name}: {figures['grade'][name]}")
 
     figures["throughput"] = throughput(checkpoint, data_dir, args.prompts, say, with_vllm=not args.cpu)
+    elapsed = time.monotonic() - t0
+    failures = smoke_failures(figures["grade"], len(episodes), not args.cpu, elapsed, args.budget_s)
+    figures["elapsed_s"], figures["failures"] = round(elapsed, 1), failures
     (args.out / "gpu_smoke.json").write_text(json.dumps(figures, indent=2) + "\n")
     print(table(figures))
     say(f"done; figures in {args.out / 'gpu_smoke.json'}")
+    if failures:
+        print("SMOKE FAILED:\n  " + "\n  ".join(failures), file=sys.stderr)
+        return 1
     return 0
 
 
@@ -209,6 +286,8 @@ def table(f: dict) -> str:
         f"| val score (initial harness, DeepSpeed-trained) | {g['transformers']['val_score']} | {g['vllm']['val_score']} |",
         f"| grading wall s | {g['transformers']['wall_s']} | {g['vllm']['wall_s']} |",
         f"| grading GPU-seconds charged | {g['transformers']['gpu_seconds']} | {g['vllm']['gpu_seconds']} |",
+        f"| engine that ran | {g['transformers']['engine_ran']} | {g['vllm']['engine_ran']} |",
+        f"| answered / restarts | {g['transformers']['answered']}/{g['transformers']['episodes']}, {g['transformers']['restarts']} | {g['vllm']['answered']}/{g['vllm']['episodes']}, {g['vllm']['restarts']} |",
         f"| grading FLOPs charged | {g['transformers']['flops']:.3g} | {g['vllm']['flops']:.3g} |",
         f"| generated tokens/s ({t['vllm']['prompts']} prompts) | {t['transformers']['generated_tokens_per_s']} | {t['vllm']['generated_tokens_per_s']} |",
         f"\nDeepSpeed ZeRO-2 training: {f['train']['steps']} steps, {f['train']['tokens']} tokens, "

@@ -6,6 +6,7 @@ The same code runs on GPUs (tests/gpu/, scripts/gpu_smoke.sh); only the accelera
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -76,16 +77,52 @@ def test_deepspeed_block_is_validated():
             resolve_config({"deepspeed": bad})
 
 
+def _world(argv: list[str]) -> dict:
+    (arg,) = [a for a in argv if a.startswith("--world_info=")]
+    return json.loads(base64.urlsafe_b64decode(arg.split("=", 1)[1]))
+
+
 def test_launch_commands_use_the_sandboxes_gpus():
     args = ["--config", "/ws/trainer/config.json"]
     argv = launcher_argv("/py", 2, "3,5,6", None, args)
-    assert argv[:3] == ["/py", "-m", "deepspeed.launcher.runner"] and str(MASTER_PORT) in argv
-    assert argv[argv.index("--include") + 1] == "localhost:3,5"  # the first two of the sandbox's GPUs
-    assert argv[-4:] == ["--module", "vtb.engine.sft", *args] and "--num_gpus" not in argv
+    assert argv[:4] == ["/py", "-u", "-m", "deepspeed.launcher.launch"]
+    assert f"--master_port={MASTER_PORT}" in argv and "--master_addr=127.0.0.1" in argv
+    assert _world(argv) == {"localhost": [3, 5]}  # the first two of the sandbox's GPUs, as numbered there
+    assert _world(launcher_argv("/py", 1, "2", None, args)) == {"localhost": [2]}  # sandbox.gpus=2
+    assert argv[-4:] == ["--module", "vtb.engine.sft", *args] and "--no_local_rank" in argv
     plain = launcher_argv("/py", 4, None, "/ws/trainer/train.py", args)
-    assert plain[plain.index("--num_gpus") + 1] == "4" and plain[-3:] == ["/ws/trainer/train.py", *args]
+    assert _world(plain) == {"localhost": [0, 1, 2, 3]} and plain[-3:] == ["/ws/trainer/train.py", *args]
     with pytest.raises(ConfigError, match="sandbox was given 1 GPU"):
         launcher_argv("/py", 2, "0", None, args)
+
+
+@pytest.mark.slow  # 10-15 s, nearly all of it DeepSpeed's import in the launcher
+def test_a_bwrap_sandbox_on_gpu_2_gives_the_rank_gpu_2(tmp_path):
+    """sandbox.gpus=2: inside the bwrap sandbox CUDA_VISIBLE_DEVICES is "2", and DeepSpeed's own
+    launcher, run there on ds_launch's command line, hands the one rank CUDA_VISIBLE_DEVICES=2
+    (not 0, which in a sandbox holding only GPU 2's node would be no device or the wrong one)."""
+    import sys
+
+    from tests.test_sandbox_gpu import ScheduleReader
+    from vtb.sandbox import Limits as SandboxLimits
+    from vtb.sandbox import runtime_mounts
+    from vtb.sandbox.base import Mount
+
+    pytest.importorskip("deepspeed", reason="pip install -e '.[deepspeed]'")
+    sandbox = sandbox_backend("bwrap", gpus="2", gpu_reader=ScheduleReader(4))
+    assert sandbox.env(SandboxLimits(), None)["CUDA_VISIBLE_DEVICES"] == "2"
+    (tmp_path / "rank.py").write_text(
+        "import os; print('rank', os.environ['RANK'], os.environ['WORLD_SIZE'], os.environ['CUDA_VISIBLE_DEVICES'])"
+    )
+    argv = launcher_argv(sys.executable, 1, "2", "/ws/rank.py", [])
+    result = sandbox.run(
+        argv,
+        mounts=runtime_mounts() + [Mount(tmp_path, "/ws")],
+        limits=SandboxLimits(wall_seconds=120, cpu_seconds=120),
+        env={"DS_ACCELERATOR": "cpu"},  # no GPU here: the launcher only maps ids, the rank runs on the CPU
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "rank 0 1 2" in result.stdout.splitlines()
 
 
 def test_device_checks_name_the_fix():

@@ -142,3 +142,44 @@ def test_n_params_without_a_sidecar_matches_a_loaded_model(model_dir, tmp_path):
     shutil.copytree(model_dir, copy)
     (copy / "vtb_model.json").unlink()
     assert n_params_of(copy) == Engine(model_dir).n_params
+
+
+# -- engine.options.max_model_len: the smaller window wins -------------------------------------
+
+
+def test_the_serving_window_is_the_smaller_of_the_models_and_max_model_len():
+    from vtb.engine.vllm_engine import serving_window
+
+    assert serving_window(128, None) == serving_window(128, {"dtype": "auto"}) == 128
+    assert serving_window(128, {"max_model_len": 48}) == 48
+    assert serving_window(128, {"max_model_len": 4096}) == 128  # positions the model lacks are not used
+    for bad in (0, -5, 1.5, "64", True):
+        with pytest.raises(ValueError, match="max_model_len"):
+            serving_window(128, {"max_model_len": bad})
+    assert llm_kwargs("/m", 128, {"max_model_len": 48})["max_model_len"] == 48
+    assert llm_kwargs("/m", 128, {"max_model_len": 4096})["max_model_len"] == 128
+
+
+def test_a_smaller_max_model_len_truncates_prompts_in_the_engine_and_the_server(model_dir):
+    from vtb.serve.api import Limits
+    from vtb.serve.server import ModelServer
+
+    vl = VLLMEngine(model_dir, options={"max_model_len": 48}, llm=FakeLLM(model_dir))
+    assert vl.max_positions == 48 < Engine(model_dir).max_positions
+    long = "Q: " + "1 + 2 = 3, " * 60 + "\nA:"
+    vl.generate([long], max_new_tokens=8)
+    (prompt,), _ = vl.llm.calls[-1]
+    assert len(prompt["prompt_token_ids"]) == 48 - 8  # left-truncated to the serving window, not 128
+
+    api = ModelServer(vl, "k", Limits(max_tokens=16))
+    auth = "Bearer k"
+    status, models = api.handle("GET", "/v1/models", auth, None)
+    assert status == 200 and models["data"][0]["max_model_len"] == 48
+    body = {"prompt": long, "max_tokens": 8, "temperature": 0}
+    status, reply = api.handle("POST", "/v1/completions", auth, json.dumps(body).encode())
+    assert status == 400 and "window of 48" in reply["error"]["message"]
+    body["truncate_prompt_tokens"] = 1000  # more than the window: capped at what it leaves
+    status, reply = api.handle("POST", "/v1/completions", auth, json.dumps(body).encode())
+    assert status == 200, reply
+    (prompt,), _ = vl.llm.calls[-1]
+    assert len(prompt["prompt_token_ids"]) == 48 - 8 == reply["usage"]["prompt_tokens"]

@@ -331,3 +331,102 @@ def test_a_steps_gpu_seconds_limit_reaches_its_sandbox_limits():
 
     assert pipeline.step_limits(SandboxConfig(), None, 10.0, 7.5).gpu_seconds == 7.5
     assert pipeline.step_limits(SandboxConfig(), 1e9, 10.0).gpu_seconds is None
+
+
+# -- bwrap: sysfs and /dev/nvidia-uvm for CUDA and NVML ----------------------------------------
+
+
+def _fake_host(tmp_path, monkeypatch, nodes=("nvidia0", "nvidia2", "nvidiactl", "nvidia-uvm")):
+    """A fake /dev and /sys for the bwrap backend: the NVIDIA nodes given, sysfs with two nvidia
+    modules, another module and the subtrees a GPU sandbox must NOT get (fs, kernel, firmware)."""
+    from vtb.sandbox import bwrap as bw
+
+    dev, sys_dir = tmp_path / "dev", tmp_path / "sys"
+    dev.mkdir()
+    for name in nodes:
+        (dev / name).write_text(name)
+    for d in ("module/nvidia", "module/nvidia_uvm", "module/loop", "bus/pci/devices", "devices/system/node"):
+        (sys_dir / d).mkdir(parents=True)
+    for d in ("class", "dev", "fs/cgroup", "kernel/debug", "firmware"):
+        (sys_dir / d).mkdir(parents=True)
+    monkeypatch.setattr(bw, "DEV_DIR", str(dev))
+    monkeypatch.setattr(bw, "SYS_DIR", str(sys_dir))
+    return dev, sys_dir
+
+
+def _pairs(cmd: list[str], flag: str) -> set[tuple[str, str]]:
+    return {(cmd[i + 1], cmd[i + 2]) for i, a in enumerate(cmd) if a == flag}
+
+
+def test_a_gpu_sandboxs_command_binds_what_cuda_and_nvml_read(monkeypatch, tmp_path):
+    dev, sys_dir = _fake_host(tmp_path, monkeypatch)
+    gpu = sandbox_backend("bwrap", gpus="2", gpu_reader=ScheduleReader(3))
+    cmd = gpu.command(["true"], runtime_mounts(), "/", tmp_path)
+    ro = _pairs(cmd, "--ro-bind")
+    expected = {
+        (str(sys_dir / rel), f"/sys/{rel}")
+        for rel in ("module/nvidia", "module/nvidia_uvm", "bus", "class", "dev", "devices")
+    }
+    assert expected <= ro  # read-only: a sandbox running as the host's root cannot write a knob
+    sys_targets = {t for _, t in ro | _pairs(cmd, "--bind") if t.startswith("/sys")}
+    assert sys_targets == {t for _, t in expected}  # no /sys/fs (cgroups), /sys/kernel, other modules
+    assert _pairs(cmd, "--dev-bind") == {
+        (str(dev / n), f"/dev/{n}") for n in ("nvidiactl", "nvidia-uvm", "nvidia2")
+    }
+
+    plain = sandbox_backend("bwrap").command(["true"], runtime_mounts(), "/", tmp_path)
+    assert not [a for a in plain if a.startswith("/sys") or "nvidia" in a]  # no GPU: no /sys at all
+
+
+def test_a_gpu_sandbox_sees_sysfs_read_only_and_a_plain_one_none(monkeypatch, tmp_path):
+    """Real bwrap runs with the host's real /sys: the binds are accepted unprivileged."""
+    from vtb.sandbox import bwrap as bw
+
+    monkeypatch.setattr(bw, "DEV_DIR", str(tmp_path))  # no NVIDIA nodes here: only the /sys part is tested
+    script = 'ls /sys; awk \'$5 ~ "^/sys" {print "mount", $5, $6}\' /proc/self/mountinfo'
+    gpu = sandbox_backend("bwrap", gpus="0", gpu_reader=ScheduleReader(1))
+    seen = gpu.run(["/bin/sh", "-c", script], mounts=runtime_mounts(), limits=Limits(wall_seconds=30))
+    assert seen.returncode == 0, seen.stderr
+    mounts = [line.split()[1:] for line in seen.stdout.splitlines() if line.startswith("mount ")]
+    listed = {line for line in seen.stdout.splitlines() if not line.startswith("mount ")}
+    assert {"bus", "class", "dev", "devices"} <= listed and not {"fs", "kernel", "firmware"} & listed
+    assert {"/sys/bus", "/sys/devices"} <= {m[0] for m in mounts}
+    assert all(opts.split(",")[0] == "ro" for _, opts in mounts), mounts  # every sysfs mount read-only
+    plain = sandbox_backend("bwrap").run(
+        ["/bin/sh", "-c", "ls /sys"], mounts=runtime_mounts(), limits=Limits(wall_seconds=30)
+    )
+    assert plain.returncode != 0 and plain.stdout == ""
+
+
+def _modprobe(tmp_path, dev, creates: bool) -> str:
+    """A stand-in for nvidia-modprobe that records its arguments and (maybe) makes the uvm nodes."""
+    script = tmp_path / "nvidia-modprobe"
+    make = f'touch "{dev}/nvidia-uvm" "{dev}/nvidia-uvm-tools"' if creates else "exit 1"
+    script.write_text(f'#!/bin/sh\necho "$@" > "{tmp_path}/modprobe-args"\n{make}\n')
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_a_missing_nvidia_uvm_is_created_before_binding(monkeypatch, tmp_path):
+    from vtb.sandbox import bwrap as bw
+
+    dev, _ = _fake_host(tmp_path, monkeypatch, nodes=("nvidia0", "nvidiactl"))
+    monkeypatch.setattr(bw, "NVIDIA_MODPROBE", _modprobe(tmp_path, dev, creates=True))
+    sandbox = sandbox_backend("bwrap", gpus="0", gpu_reader=ScheduleReader(1))
+    assert (tmp_path / "modprobe-args").read_text().split() == ["-u", "-c=0"]
+    bound = {t for _, t in _pairs(sandbox.command(["true"], [], "/", tmp_path), "--dev-bind")}
+    assert {"/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidiactl", "/dev/nvidia0"} == bound
+
+
+def test_a_missing_nvidia_uvm_that_cannot_be_made_fails_naming_the_fix(monkeypatch, tmp_path):
+    from vtb.sandbox import bwrap as bw
+
+    dev, _ = _fake_host(tmp_path, monkeypatch, nodes=("nvidia0", "nvidiactl"))
+    monkeypatch.setattr(bw, "NVIDIA_MODPROBE", str(tmp_path / "no-such-nvidia-modprobe"))
+    with pytest.raises(RuntimeError, match=r"nvidia-modprobe -u -c=0") as e:
+        sandbox_backend("bwrap", gpus="0", gpu_reader=ScheduleReader(1))
+    assert "nvidia-uvm is missing" in str(e.value)
+    monkeypatch.setattr(bw, "NVIDIA_MODPROBE", _modprobe(tmp_path, dev, creates=False))
+    with pytest.raises(RuntimeError, match="did not create"):
+        sandbox_backend("bwrap", gpus="0", gpu_reader=ScheduleReader(1))
+    sandbox_backend("bwrap")  # without GPUs nothing about NVIDIA is checked

@@ -29,7 +29,7 @@ from vtb.ledger import Charge
 from vtb.results import DataResult, ModelResult, PlayResult, TrainResult, TurnOutcome
 from vtb.sandbox import make_sandbox, runtime_mounts
 from vtb.sandbox.base import Limits, Mount
-from vtb.service import ModelService, ServiceError
+from vtb.service import ModelService, ServiceError, engine_cache_for
 from vtb.workspace import snapshot
 
 
@@ -255,7 +255,8 @@ def play(
     blinded = blind(episodes, secret_of(task_cfg), split)
     limits = step_limits(sandbox_cfg, max_flops, cpu_seconds, gpu_seconds)
     env = engine_env(engine_cfg.name, engine_cfg.options, engine_cfg.fallback) if engine_cfg else {}
-    service = ModelService(sandbox, Path(model_dir), limits, env=env)
+    cache = engine_cache_for(engine_cfg.name) if engine_cfg else None
+    service = ModelService(sandbox, Path(model_dir), limits, env=env, cache_dir=cache)
     try:
         with service:
             outcome = runner.play(

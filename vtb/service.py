@@ -8,11 +8,19 @@ gets only that socket folder and never the weights. What the step used is the se
 its sandbox's usage file, written by the project's engine (no agent code runs there), plus its
 metered CPU and GPU seconds. Every mode looks the same from the harness's side: the same mount
 point, URL and key format, a fresh random host folder and key each time.
+
+A server may also get a persistent engine cache (`cache_dir`, mounted writable at ENGINE_CACHE):
+Triton's compiled launchers and kernels, vLLM's and torch.compile's caches, which would otherwise
+live in the sandbox's fresh HOME and be rebuilt at every start. Only model-server sandboxes ever
+mount it, and they run only the project's engine on safetensors weights: no sandbox that runs agent
+code (research, train, harness) sees it, so no agent can plant a compiled object a later server
+loads. The orchestrator never reads it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import queue
 import secrets
 import shutil
@@ -31,6 +39,28 @@ from vtb.serve.bridge import PORT, model_env
 SOCKET_DIR = "/run/vtb-model"  # where both sandboxes see the socket folder
 SOCKET = f"{SOCKET_DIR}/api.sock"
 START_TIMEOUT_S = 300.0  # python + torch + the checkpoint (vLLM on a GPU takes longest)
+ENGINE_CACHE = "/var/cache/vtb-engine"  # where a model server sees its persistent engine cache
+
+
+def engine_cache_env(root: str = ENGINE_CACHE) -> dict[str, str]:
+    """Point Triton, vLLM, torch.compile and CUDA's JIT caches into the mounted cache folder."""
+    return {
+        "TRITON_CACHE_DIR": f"{root}/triton",
+        "VLLM_CACHE_ROOT": f"{root}/vllm",
+        "TORCHINDUCTOR_CACHE_DIR": f"{root}/inductor",
+        "CUDA_CACHE_PATH": f"{root}/nv",
+        "XDG_CACHE_HOME": f"{root}/xdg",  # what else caches under ~/.cache (e.g. FlashInfer)
+    }
+
+
+def engine_cache_dir() -> Path:
+    """The host folder of the model servers' engine cache: $VTB_ENGINE_CACHE or ~/.cache/vtb/engine."""
+    return Path(os.environ.get("VTB_ENGINE_CACHE") or Path.home() / ".cache" / "vtb" / "engine")
+
+
+def engine_cache_for(engine: str) -> Path | None:
+    """The cache a server for `engine` gets: vLLM compiles (Triton) at start; transformers does not."""
+    return engine_cache_dir() if engine == "vllm" else None
 
 
 class ServiceError(RuntimeError):
@@ -46,6 +76,7 @@ class ModelService:
     limits: Limits  # the step's: its FLOPs limit is enforced by the server (HTTP 429 past it)
     env: dict[str, str] = field(default_factory=dict)  # e.g. the engine selection (vtb.engine.select)
     request_limits: dict = field(default_factory=dict)  # vtb.serve.api.Limits fields
+    cache_dir: Path | None = None  # the persistent engine cache (see the module docstring), or none
     exhausted: bool = False  # the server refused a request for the budget
     engine: str = ""  # the engine that served, as the server's usage file says
     charge: Charge = field(default_factory=Charge)
@@ -64,6 +95,10 @@ class ModelService:
             Mount(self._dir, SOCKET_DIR, writable=True),
         ]
         env = {**self.env, "VTB_SERVE_KEY": self._key}
+        if self.cache_dir is not None:
+            Path(self.cache_dir).mkdir(parents=True, exist_ok=True)
+            mounts.append(Mount(Path(self.cache_dir), ENGINE_CACHE, writable=True))
+            env.update(engine_cache_env())
         self._proc = self.sandbox.start(argv, mounts=mounts, limits=self.limits, cwd="/", env=env)
         ready: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read_events, args=(ready,), daemon=True).start()

@@ -36,7 +36,7 @@ def _need(module: str | None = None) -> None:
         try:
             __import__(module)
         except ImportError:
-            missing = f"{module} not installed (pip install -e '.[gpu,vllm]')"
+            missing = f"{module} not installed (scripts/install.sh --gpu)"
     if missing:
         if os.environ.get("VTB_REQUIRE_GPU") == "1":
             pytest.fail(missing)
@@ -131,3 +131,28 @@ def test_deepspeed_zero2_trains_on_the_gpu_in_the_sandbox(model_dir, tmp_path):
     assert out.ok, out.log[-4000:]
     assert out.summary["deepspeed"]["world_size"] == 1 and out.summary["steps"] == 8
     assert out.charge.gpu_seconds > 0.0 and out.charge.flops == out.summary["flops"]
+
+
+def test_deepspeed_trains_on_a_gpu_other_than_0(model_dir, tmp_path):
+    """The sandbox holds only its GPU's node; the rank must get that GPU's id (ds_launch's world_info)."""
+    _need("deepspeed")
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip(
+            "one GPU: index 0 is the only one (tests/test_engine_deepspeed.py checks the mapping on the CPU)"
+        )
+    last = str(torch.cuda.device_count() - 1)
+    trainer = {
+        "lr": 3e-3,
+        "epochs": 1,
+        "batch_size": 32,
+        "deepspeed": {"stage": 2, "gpus": 1, "precision": "bf16"},
+    }
+    cand = write_candidate(tmp_path, trainer, n_rows=64)
+    sandbox = sandbox_backend("bwrap", threads=2, gpus=last)
+    out = runner.train(
+        sandbox, cand, model_dir, tmp_path / "out", seed=0, limits=Limits(wall_seconds=300, cpu_seconds=1200)
+    )
+    assert out.ok, out.log[-4000:]
+    assert f"CUDA_VISIBLE_DEVICES={last}" in out.log and out.charge.gpu_seconds > 0.0

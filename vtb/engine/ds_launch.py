@@ -4,7 +4,8 @@
 
 `runner.train` runs this instead of `python -m vtb.engine.sft` when trainer/config.json has a
 `deepspeed` block. The ranks get the first `deepspeed.gpus` of the GPUs the sandbox was given
-(CUDA_VISIBLE_DEVICES with bwrap; with docker the container sees only its own GPUs). Without a
+(CUDA_VISIBLE_DEVICES with bwrap; with docker the container sees only its own GPUs), started
+by DeepSpeed's per-node launcher (see `launcher_argv`). Without a
 CUDA GPU it stops with an error, unless the config says `deepspeed.cpu: true` (gloo ranks on
 the CPU, for tests).
 """
@@ -12,6 +13,7 @@ the CPU, for tests).
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import sys
@@ -24,18 +26,27 @@ from vtb.engine.sft_deepspeed import MASTER_PORT
 def launcher_argv(
     python: str, gpus: int, visible: str | None, script: str | None, args: list[str]
 ) -> list[str]:
-    """The deepspeed launcher's command line for `gpus` ranks on this machine."""
-    argv = [python, "-m", "deepspeed.launcher.runner", "--master_port", str(MASTER_PORT), "--no_local_rank"]
+    """The command line of DeepSpeed's per-node launcher (`deepspeed.launcher.launch`) for `gpus` ranks.
+
+    The ranks get the first `gpus` entries of the sandbox's CUDA_VISIBLE_DEVICES, passed on as
+    they are: the launcher sets each rank's CUDA_VISIBLE_DEVICES to exactly the ids in
+    `world_info`, so a rank on GPU 2 sees "2", the same id, meaning the same device, as the
+    sandbox itself. `deepspeed.launcher.runner` (the `deepspeed` command) is not used: it
+    deletes CUDA_VISIBLE_DEVICES and checks `--include` ids against the devices it counts
+    without it, which inside a bwrap sandbox given only GPU 2 may be one device, numbered 0,
+    so `--include localhost:2` would be refused. Without CUDA_VISIBLE_DEVICES (docker: the
+    container sees only its own GPUs) the ranks get devices 0..gpus-1.
+    """
     ids = [v.strip() for v in (visible or "").split(",") if v.strip()]
-    if ids:
-        if gpus > len(ids):
-            raise ConfigError(
-                f"deepspeed.gpus={gpus} but the sandbox was given {len(ids)} GPU(s) ({visible}): "
-                "lower deepspeed.gpus in trainer/config.json or give the run more (sandbox.gpus)"
-            )
-        argv += ["--include", f"localhost:{','.join(ids[:gpus])}"]  # the launcher sets CUDA_VISIBLE_DEVICES
-    else:
-        argv += ["--num_gpus", str(gpus)]
+    if ids and gpus > len(ids):
+        raise ConfigError(
+            f"deepspeed.gpus={gpus} but the sandbox was given {len(ids)} GPU(s) ({visible}): "
+            "lower deepspeed.gpus in trainer/config.json or give the run more (sandbox.gpus)"
+        )
+    ranks = [int(i) if i.isdigit() else i for i in ids[:gpus]] if ids else list(range(gpus))
+    world = base64.urlsafe_b64encode(json.dumps({"localhost": ranks}).encode()).decode()
+    argv = [python, "-u", "-m", "deepspeed.launcher.launch", f"--world_info={world}", "--node_rank=0"]
+    argv += ["--master_addr=127.0.0.1", f"--master_port={MASTER_PORT}", "--no_local_rank"]
     argv += ["--module", "vtb.engine.sft"] if script is None else [script]
     return argv + args
 

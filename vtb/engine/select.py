@@ -18,6 +18,15 @@ from pathlib import Path
 from vtb.engine import usage
 
 ENGINES = ("transformers", "vllm")
+VLLM_ENV = {
+    # No network in the sandbox: vLLM must not try to report usage.
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    # vLLM's own logging goes to stdout by default (envs.py: VLLM_LOGGING_STREAM="ext://sys.stdout"),
+    # which is the model server's event stream; its handler reads this stream name (logger.py).
+    "VLLM_CONFIGURE_LOGGING": "1",
+    "VLLM_LOGGING_STREAM": "ext://sys.stderr",
+}
 
 
 def engine_env(name: str, options: dict | None = None, fallback: bool = True) -> dict[str, str]:
@@ -29,8 +38,8 @@ def engine_env(name: str, options: dict | None = None, fallback: bool = True) ->
         "VTB_ENGINE_OPTIONS": json.dumps(options or {}, sort_keys=True),
         "VTB_ENGINE_FALLBACK": "1" if fallback else "0",
     }
-    if name == "vllm":  # no network in the sandbox: do not let vLLM try to report usage
-        env.update({"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"})
+    if name == "vllm":
+        env.update(VLLM_ENV)
     return env
 
 
@@ -39,12 +48,14 @@ def vllm_unavailable() -> str | None:
     try:
         import vllm  # noqa: F401
     except Exception as e:  # noqa: BLE001 (a broken install is as unusable as a missing one)
-        return f"the vllm package cannot be imported ({type(e).__name__}: {e}); pip install -e '.[vllm]'"
+        return f"the vllm package cannot be imported ({type(e).__name__}: {e}); scripts/install.sh --gpu"
     import torch
 
     if not torch.cuda.is_available():
         return "no CUDA GPU is visible (set sandbox.gpus to pass one through)"
-    return None
+    from vtb.engine.toolchain import triton_unavailable
+
+    return triton_unavailable()  # a missing compiler, Python.h or ldconfig, named with its fix
 
 
 def open_engine(

@@ -39,15 +39,34 @@ LLM_OPTIONS = (
 DEFAULTS = {"dtype": "auto", "gpu_memory_utilization": 0.5, "enforce_eager": True}
 
 
+def serving_window(model_positions: int, options: dict | None) -> int:
+    """The tokens one sequence may span: the model's window, or engine.options.max_model_len if smaller.
+
+    vLLM refuses a prompt plus max_tokens longer than its max_model_len, so prompts must be
+    left-truncated to this window, not to the model's own: the engine, the model server's
+    request checks and /v1/models all use it. A larger max_model_len than the model's window
+    is not used (the positions do not exist), nor is one that is not a positive integer.
+    """
+    wanted = (options or {}).get("max_model_len")
+    if wanted is None:
+        return int(model_positions)
+    if isinstance(wanted, bool) or not isinstance(wanted, int) or wanted < 1:
+        raise ValueError(f"engine.options.max_model_len must be a positive integer, got {wanted!r}")
+    return min(int(model_positions), wanted)
+
+
 def llm_kwargs(model_dir: str | Path, max_positions: int, options: dict | None) -> dict:
-    """vllm.LLM(**kwargs): the model dir for weights and tokenizer, the run's options checked by name."""
+    """vllm.LLM(**kwargs): the model dir for weights and tokenizer, the run's options checked by name.
+
+    max_model_len is the serving window (`serving_window`), whatever the options ask for.
+    """
     options = dict(options or {})
     unknown = sorted(set(options) - set(LLM_OPTIONS))
     if unknown:
         raise ValueError(
             f"engine.options {unknown} are not vLLM options this engine passes; known: {LLM_OPTIONS}"
         )
-    kwargs = {**DEFAULTS, "max_model_len": max_positions, **options}
+    kwargs = {**DEFAULTS, **options, "max_model_len": serving_window(max_positions, options)}
     return {"model": str(model_dir), "tokenizer": str(model_dir), "seed": 0, **kwargs}
 
 
@@ -91,16 +110,18 @@ class VLLMEngine:
         self.last_usage: dict = {}
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         config = AutoConfig.from_pretrained(self.model_dir)
-        self.max_positions = int(
+        model_positions = int(
             getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None) or 2048
         )
+        # What prompts are truncated to (here and in the model server): the smaller of the two.
+        self.max_positions = serving_window(model_positions, options)
         self._n_params = n_params_of(self.model_dir)
         self._decoder = self.tokenizer.backend_tokenizer
         self.spaced = decodes_spaced(self.tokenizer)
         if llm is None:
             from vllm import LLM
 
-            llm = LLM(**llm_kwargs(self.model_dir, self.max_positions, options))
+            llm = LLM(**llm_kwargs(self.model_dir, model_positions, options))
         self.llm = llm
 
     @property

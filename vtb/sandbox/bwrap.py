@@ -4,8 +4,9 @@ Each process gets an EMPTY root holding only the given mounts (read-only unless 
 writable), a fresh /proc in its own pid namespace (host pids, and so /proc/<pid>/root of the
 orchestrator, are invisible), a minimal /dev, a private /tmp, a loopback-only network and no
 capabilities. The process tree is metered and killed from outside (monitor.py). Given GPUs
-(`gpus=`), the sandbox also gets the NVIDIA device nodes of those GPUs and CUDA_VISIBLE_DEVICES,
-and its GPU-seconds are metered through NVML (gpu.py).
+(`gpus=`), the sandbox also gets the NVIDIA device nodes of those GPUs, the parts of /sys that CUDA
+and NVML read (read-only, see nvidia.py) and CUDA_VISIBLE_DEVICES, and its GPU-seconds are
+metered through NVML (gpu.py). A sandbox without GPUs has no /sys at all.
 
 Memory (Limits.memory_mb) is ONE cap for everything the sandbox holds: where the host lets us
 create cgroups, a per-sandbox memory cgroup (cgroup.py) counts its processes and the tmpfs pages
@@ -39,6 +40,7 @@ from vtb.sandbox.base import USAGE_FILE, Limits, Mount, SandboxResult, SandboxSt
 from vtb.sandbox.cgroup import CpuCgroup, MemoryCgroup
 from vtb.sandbox.gpu import NvmlReader, sandbox_gpus
 from vtb.sandbox.monitor import MonitoredProcess, run_to_end
+from vtb.sandbox.nvidia import ensure_uvm, sys_binds
 from vtb.sandbox.runtime import is_inside, masked_paths, sandbox_env, system_symlinks
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,8 @@ BASE_FLAGS = ("--unshare-all", "--as-pid-1", "--die-with-parent", "--new-session
 HARDEN_FLAGS = ("--unshare-user", "--disable-userns")
 # NVIDIA device nodes: the control nodes every CUDA process needs, plus nvidia<N> per GPU.
 DEV_DIR = "/dev"  # where they are looked up on the host (tests point it elsewhere)
+SYS_DIR = "/sys"  # where the sysfs parts a GPU sandbox gets are looked up (nvidia.py; tests too)
+NVIDIA_MODPROBE = "nvidia-modprobe"  # creates /dev/nvidia-uvm when the host has not used CUDA yet
 NVIDIA_SHARED_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset", "nvidia-caps")
 INSTALL_HINT = "install bubblewrap (`apt-get install bubblewrap`) or use the docker backend"
 USERNS_HINT = (
@@ -202,6 +206,9 @@ class BwrapSandbox:
         self._exe = shutil.which(bwrap) or bwrap
         self._gpu_set = sandbox_gpus(gpus, gpu_reader)
         self.gpus = self._gpu_set.ids if self._gpu_set is not None else None
+        if self.gpus is not None:
+            for ran in ensure_uvm(DEV_DIR, NVIDIA_MODPROBE):  # a missing one fails here, naming the fix
+                log.info("created /dev/nvidia-uvm: %s", ran)
         if self.gpus is not None and not nvidia_nodes(self.gpus):
             log.warning(
                 "sandbox.gpus=%s: no NVIDIA device nodes under %s; code inside will see no GPU", gpus, DEV_DIR
@@ -227,8 +234,11 @@ class BwrapSandbox:
         """The bwrap command line; parents are mounted before what is mounted inside them."""
         cmd = [self._exe, *(HARDEN_FLAGS if self.hardened else ()), *BASE_FLAGS, "--hostname", "vtb"]
         cmd += ["--proc", "/proc", "--dev", "/dev"]
-        for node in nvidia_nodes(self.gpus) if self.gpus is not None else ():
-            cmd += ["--dev-bind", f"{DEV_DIR}/{node}", f"/dev/{node}"]
+        if self.gpus is not None:
+            for node in nvidia_nodes(self.gpus):
+                cmd += ["--dev-bind", f"{DEV_DIR}/{node}", f"/dev/{node}"]
+            for source, target in sys_binds(SYS_DIR):  # cuInit and NVML read these (nvidia.py)
+                cmd += ["--ro-bind", source, target]
         if self.hardened:
             size = str((tmp_mb or self.tmp_mb) << 20)
             cmd += ["--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/dev/shm"]

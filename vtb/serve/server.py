@@ -14,7 +14,9 @@ engine call (dynamic micro-batching), so concurrent episodes share a batch. FLOP
 here, by the engine, to the usage file of this sandbox (2·params·tokens, prompt + completion);
 a request that could pass the step's FLOPs limit ($VTB_MAX_FLOPS) gets HTTP 429 and the server
 prints ``{"event": "budget"}`` so the orchestrator records the step as stopped by budget.
-Stdin is the lifeline: when the orchestrator closes it, the server exits.
+Stdin is the lifeline: when the orchestrator closes it, the server exits. Stdout carries only
+those events (`protocol_stream`): everything else written to it, by vLLM's logging, a library's
+print or a child process, lands on stderr.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
+from typing import TextIO
 
 from vtb.engine import usage
 from vtb.serve.api import ApiError, Limits, Request, completion_reply, messages, models_reply, parse
@@ -52,11 +55,19 @@ class ModelServer:
     """The API over one engine: request checks, the key, micro-batching and the budget."""
 
     def __init__(
-        self, engine, key: str, limits: Limits | None = None, window_ms: float = 5.0, max_batch: int = 128
+        self,
+        engine,
+        key: str,
+        limits: Limits | None = None,
+        window_ms: float = 5.0,
+        max_batch: int = 128,
+        events: TextIO | None = None,
     ):
         self.engine, self.key, self.limits = engine, key, limits or Limits()
+        self.events = events  # where {"event": ...} lines go: main's protocol stream (None: sys.stdout)
         self.window_s, self.max_batch = window_ms / 1000.0, max_batch
         self.tokenizer = engine.tokenizer
+        # The engine's serving window: with vLLM the smaller of the model's and max_model_len.
         self.window = int(engine.max_positions)
         self._token_lock = threading.Lock()  # HF tokenizers are not safe across threads
         self._jobs: queue.Queue[_Job] = queue.Queue()
@@ -121,7 +132,7 @@ class ModelServer:
         for text in texts:
             ids = self._encode(text, add_special=kind == "completions")
             if req.truncate is not None and req.truncate > 0:
-                ids = ids[-req.truncate :]
+                ids = ids[-min(req.truncate, keep) :]  # never past the serving window (vLLM would refuse)
                 prompt: str | list[int] = ids
             elif len(ids) > keep and req.truncate is None:
                 raise ApiError(
@@ -224,7 +235,7 @@ class ModelServer:
     def _refuse(self, job: _Job) -> None:
         self.budget_refusals += 1
         if self.budget_refusals == 1:
-            print(json.dumps({"event": "budget"}), flush=True)
+            print(json.dumps({"event": "budget"}), file=self.events or sys.stdout, flush=True)
         used, limit = usage.totals()["flops"], usage.max_flops()
         job.error = ApiError(
             429,
@@ -320,6 +331,19 @@ def serve(api: ModelServer, path: str) -> _HttpServer:
     return server
 
 
+def protocol_stream() -> TextIO:
+    """A private handle on this process's stdout for the events; fd 1 itself then points at stderr.
+
+    Done before any engine is imported, so whatever else writes to stdout (vLLM's logging if its
+    settings were lost, a library's print, NCCL or Triton from C, an engine-core child process,
+    which inherits fd 1) goes to stderr and cannot fake or garble an event.
+    """
+    sys.stdout.flush()
+    events = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    os.dup2(2, 1)
+    return events
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="the model server (run by the orchestrator in its own sandbox)"
@@ -333,12 +357,13 @@ def main(argv: list[str] | None = None) -> int:
     if not key:
         print(f"model server: ${KEY_ENV} is not set", file=sys.stderr)
         return 2
+    events = protocol_stream()
     from vtb.engine.select import open_engine
 
     engine = open_engine(args.model, safetensors_only=True)
-    api = ModelServer(engine, key, Limits(**json.loads(args.limits)), window_ms=args.window_ms)
+    api = ModelServer(engine, key, Limits(**json.loads(args.limits)), window_ms=args.window_ms, events=events)
     server = serve(api, args.socket)
-    print(json.dumps({"event": "ready", "engine": engine.name}), flush=True)
+    print(json.dumps({"event": "ready", "engine": engine.name}), file=events, flush=True)
     sys.stdin.read()  # until the orchestrator closes our stdin
     server.shutdown()
     return 0
