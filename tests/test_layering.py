@@ -20,6 +20,7 @@ LAYERS: list[tuple[str, ...]] = [
         "vtb.safefs",
         "vtb.ledger",
         "vtb.chat",
+        "vtb.progress",
         "vtb.leaderboard",
         "vtb.models",
         "vtb.domains.salt",
