@@ -79,8 +79,9 @@ def iteration_rows(history: list[Candidate] | list[dict]) -> list[dict]:
 
 
 def budget_percent(summary: dict) -> float:
-    """Budget used of the limit, in percent (0 to 100) for the progress artifact."""
-    return min(100.0, max(0.0, 100.0 * summary["used"] / summary["limit"])) if summary["limit"] else 0.0
+    """Budget used of the limit, in percent (0 to 100, one decimal: the UI prints the figure as given)."""
+    share = 100.0 * summary["used"] / summary["limit"] if summary["limit"] else 0.0
+    return round(min(100.0, max(0.0, share)), 1)
 
 
 def _budget_text(summary: dict) -> str:
