@@ -10,6 +10,8 @@ those into Prefect logs and artifacts. Agent-written text in the table goes thro
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any
 
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
 from prefect.context import get_run_context
@@ -105,4 +107,16 @@ def ui_watch(run_id: str, cfg: BenchConfig) -> Watch:
             description=f"Iterations of {run_id} (updated after each iteration)",
         )
 
-    return Watch(budget=budget, iteration=iteration)
+    return Watch(budget=_quietly(budget), iteration=_quietly(iteration))
+
+
+def _quietly(show: Callable[[Any], None]) -> Callable[[Any], None]:
+    """`show`, but an API error only costs the live view (a warning line), never the bench."""
+
+    def call(arg: Any) -> None:
+        try:
+            show(arg)
+        except Exception as e:  # noqa: BLE001 (the view is a convenience; the record is the truth)
+            progress.say(f"[ui] live artifact not updated: {type(e).__name__}: {str(e)[:200]}")
+
+    return call
