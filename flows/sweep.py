@@ -21,10 +21,11 @@ from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
-from prefect import flow
+from prefect import flow, tags
 from prefect.artifacts import create_markdown_artifact
 
 from flows.bench import bench_flow
+from flows.watch import bench_tags
 from vtb import leaderboard
 from vtb.bench import default_run_id, preflight
 from vtb.compose import compose_config
@@ -65,13 +66,17 @@ def bench_configs(cfg: SweepConfig) -> list[BenchConfig]:
 
 
 def _one(cfg: BenchConfig) -> dict:
-    """Run one bench subflow; a failure becomes a row, not an exception."""
+    """Run one bench subflow, named by task/agent/seed (its run id) and tagged like a single
+    bench plus `sweep:<the sweep run's name>`; a failure becomes a row, not an exception."""
+    from prefect.runtime import flow_run
+
     name = cfg.run_id or default_run_id(cfg)
     try:
         preflight(cfg)  # a misconfigured agent or GPU preset fails here, before any work
     except ValueError as e:
         return {"run": name, "state": "failed", "error": f"config: {e}"}
-    state = bench_flow.with_options(flow_run_name=name)(cfg, return_state=True)
+    with tags(*bench_tags(cfg), f"sweep:{flow_run.name}"):
+        state = bench_flow.with_options(flow_run_name=name)(cfg, return_state=True)
     if state.is_completed():
         return {"run": name, "state": "completed", "submitted": state.result()["submitted"]["test_score"]}
     try:

@@ -31,8 +31,13 @@ unset PREFECT_API_URL   # the server is the API; a client setting here would onl
 URL_HOST=$HOST
 case "$HOST" in 0.0.0.0|::) URL_HOST=127.0.0.1 ;; esac
 API="http://$URL_HOST:$PORT/api"
+# The UI asks /ui-settings where the API is; Prefect builds that from these settings, not from
+# `--port`, so without them a UI on any port but 4200 calls 4200 ("Can't connect to Server API").
+# A PREFECT_UI_API_URL already set wins (a browser on another machine needs this host's name).
+export PREFECT_SERVER_API_HOST=$HOST PREFECT_SERVER_API_PORT=$PORT
+export PREFECT_UI_API_URL=${PREFECT_UI_API_URL:-$API}
 
-echo "[prefect] server on $HOST:$PORT, PREFECT_HOME=$PREFECT_HOME"
+echo "[prefect] server on $HOST:$PORT, PREFECT_HOME=$PREFECT_HOME, the UI calls $PREFECT_UI_API_URL"
 .venv/bin/prefect server start --host "$HOST" --port "$PORT" &
 PID=$!
 trap 'kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true' INT TERM EXIT

@@ -42,14 +42,18 @@ def bind(t: Task, cache: Path) -> Task:
 
 
 def prefect_steps(cache: Path) -> Steps:
-    """The bench core's steps as these Prefect tasks, results persisted under cache/prefect."""
+    """The bench core's steps as these Prefect tasks, results persisted under cache/prefect.
+
+    Each task run is named by the core's `run_name` (`train-it2`, `grade-submitted`): the UI then
+    tells the iteration, the split and the system apart (the cache key ignores the name)."""
     from steps.tasks import agent_turn_step, play_step, provision_data_step, provision_model_step, train_step
 
     def call(t: Task):
         bound = bind(t, cache)
 
-        def run(**params) -> tuple[object, bool]:
-            state = bound(**params, return_state=True)
+        def run(run_name: str, **params) -> tuple[object, bool]:
+            named = bound.with_options(task_run_name=run_name) if run_name else bound
+            state = named(**params, return_state=True)
             return state.result(), state.name == "Cached"  # result() raises the step's error
 
         return run

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from steps.common import step
-from vtb import pipeline
+from vtb import pipeline, progress
 from vtb.config import AgentConfig, EngineConfig, ModelConfig, SandboxConfig, TaskConfig
 from vtb.results import DataResult, ModelResult, PlayResult, TrainResult, TurnOutcome
 
@@ -28,7 +28,7 @@ def provision_model_step(
     cache: str,
     sandbox_cfg: SandboxConfig,
 ) -> ModelResult:
-    echo = lambda line: print(f"  [base] {line}", flush=True)  # noqa: E731
+    echo = lambda line: progress.say(f"  [base] {line}")  # noqa: E731
     out = pipeline.model_dir(cache, model_cfg, key)
     return pipeline.provision_model(model_cfg, task_cfg, Path(data_dir), out, sandbox_cfg, echo)
 

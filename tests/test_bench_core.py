@@ -42,6 +42,7 @@ class FakeSteps:
         self.runs: list[str] = []  # the step keys actually executed (not served from the cache)
         self.kill_at: int | None = None  # kill before the n-th step call of the next run
         self.calls = 0
+        self.names: list[str] = []  # the run name of every step call, cached or not
 
     def steps(self) -> Steps:
         return Steps(
@@ -49,8 +50,9 @@ class FakeSteps:
         )
 
     def _cached(self, name, fn):
-        def call(key: str, **params):
+        def call(key: str, run_name: str, **params):
             self.calls += 1
+            self.names.append(run_name)
             if self.kill_at is not None and self.calls == self.kill_at:
                 raise Killed(f"killed before {name}")
             if key in self.cache:
@@ -147,6 +149,31 @@ def test_each_step_is_charged_once_and_ties_go_to_the_earliest(tmp_path) -> None
     assert result["budget"]["agent_tokens"] == 4 * TURN_TOKENS
     # grading and the reference are not charged
     assert "play-test" not in steps and result["reference"]["test_score"] == pytest.approx(0.06)
+
+
+def test_step_calls_are_named_and_budget_and_iterations_are_watched(tmp_path) -> None:
+    """The run names the Prefect task runs get (what each call is), and the Watch hooks the UI's
+    live artifacts hang on: the budget after each charge, the history after each iteration."""
+    from vtb.bench import Watch
+
+    fake = FakeSteps(tmp_path, PLAN[:2])
+    budgets, lengths = [], []
+    cfg = config(tmp_path, 2, "base_model_check=true")
+    bench = Bench(
+        cfg, fake.steps(), log=lambda msg: None, watch=Watch(budgets.append, lambda h: lengths.append(len(h)))
+    )
+    result = bench.run()
+    research = ["turn-it1", "train-it1", "val-it1", "turn-it2", "train-it2", "val-it2"]
+    assert fake.names[:4] == ["provision-data", "provision-model", "train-it0", "val-it0"]
+    assert [n for n in fake.names if n in research] == research
+    grading = {n for n in fake.names if n.startswith("grade-")}
+    assert {"grade-initial", "grade-submitted", "grade-reference", "grade-submitted-base-model"} <= grading
+    assert "train-reference" in fake.names
+    assert lengths == [1, 2, 3]  # after each validated iteration
+    assert [b["used"] for b in budgets] == sorted(b["used"] for b in budgets) and len(budgets) == len(
+        bench.ledger.entries
+    )
+    assert budgets[-1]["used"] == result["budget"]["used"] and budgets[-1]["limit"] == cfg.budget.limit
 
 
 def test_a_failed_train_is_recorded_and_never_submitted(tmp_path) -> None:

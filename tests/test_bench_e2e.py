@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -69,6 +70,81 @@ def test_run_record_is_complete(greedy_run):
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["submitted"]["parts"].keys() == {"data", "trainer", "harness"}
     assert len(manifest["candidates"]) == result["iterations"] + 1
+
+
+async def _prefect_view(cfg, run_id: str):
+    """The fixture's flow run as the Prefect API holds it: the run, its task runs, logs and artifacts.
+
+    Runs are found by name and by their runs_dir (a server reused across sessions may hold runs of
+    the same config from before); the earliest is the fixture's own (a later one is the cached rerun)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        FlowRunFilter,
+        FlowRunFilterId,
+        FlowRunFilterName,
+        LogFilter,
+        LogFilterFlowRunId,
+    )
+    from prefect.client.schemas.sorting import LogSort
+
+    async with get_client() as client:
+        runs = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[run_id]))
+        )
+        ours = [r for r in runs if r.parameters["cfg"]["runs_dir"] == cfg.runs_dir]
+        run = min(ours, key=lambda r: r.created)
+        by_run = FlowRunFilter(id=FlowRunFilterId(any_=[run.id]))
+        task_runs = await client.read_task_runs(flow_run_filter=by_run)
+        logs = await client.read_logs(
+            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])), sort=LogSort.TIMESTAMP_ASC
+        )
+        artifacts = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run.id]))
+        )
+        return run, task_runs, logs, artifacts
+
+
+def test_the_prefect_ui_shows_what_the_bench_did(greedy_run):
+    """Issue 21 through the Prefect API: the run's tags, task runs named by what they are, the
+    bench's own lines in the run's log, and the budget progress artifact at the final figure."""
+    import asyncio
+
+    cfg, result, _ = greedy_run
+    run, task_runs, logs, artifacts = asyncio.run(_prefect_view(cfg, result["run_id"]))
+    assert set(run.tags) == {"task:math", "agent:greedy", "seed:0", "model:tiny", "sandbox:bwrap"}
+
+    names = {t.name for t in task_runs}
+    iters = [
+        json.loads(p.read_text()) for p in sorted((Path(result["record"]) / "iterations").glob("*.json"))
+    ]
+    trained = [it["iteration"] for it in iters if it["train"]]
+    expected = {"provision-data", "provision-model", *{f"turn-it{it['iteration']}" for it in iters[1:]}}
+    validated = [it["iteration"] for it in iters if it["val"]]
+    expected |= {f"train-it{i}" for i in trained} | {f"val-it{i}" for i in validated}
+    assert expected <= names, (expected - names, names)
+    system = "submitted" if result["submitted"]["iteration"] else "initial"  # one system: one play each
+    grading = {
+        f"grade-{system}",
+        "grade-reference",
+        f"grade-{system}-null-check",
+        f"grade-{system}-base-model",
+    }
+    assert grading <= names and "train-reference" in names, names
+    assert not [name for name in names if re.fullmatch(r"(play|train|agent-turn)-[0-9a-f]{3}", name)]
+
+    ours = [log.message for log in logs if log.name == "vtb.progress"]
+    for i in trained:  # the terminal's iteration lines, in the run's log
+        assert any(f"iteration {i}: val " in m and "; budget " in m and " FLOPs" in m for m in ours), ours
+    assert any("[train] " in m for m in ours) and any("[play val] " in m for m in ours), ours
+
+    [budget] = [a for a in artifacts if a.type == "progress"]
+    assert budget.key == f"budget-{result['run_id'].lower()}"
+    used, limit = result["budget"]["used"], result["budget"]["limit"]
+    assert float(budget.data) == round(100 * used / limit, 1)  # the final figure, not the first
+    tables = [a for a in artifacts if a.key == f"iterations-{result['run_id'].lower()}"]
+    assert len(tables) == len(iters) + 1  # one version per iteration while it ran, and the final one
 
 
 def test_greedy_edits_several_parts_and_keeps_the_best(greedy_run):

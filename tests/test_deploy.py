@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.request
 from datetime import UTC
 from pathlib import Path
 
@@ -155,6 +156,9 @@ def test_nightly_deployment_runs_a_sweep_through_a_worker(tmp_path) -> None:
         procs.append(server)
         _wait_for(server, f"export PREFECT_API_URL={api}", timeout=240)
         print(f"[test] server up after {time.monotonic() - t0:.0f} s")
+        # the UI asks /ui-settings where the API is: this port, not the default 4200
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/ui-settings", timeout=10) as r:
+            assert json.load(r)["api_url"] == api
 
         env["PREFECT_API_URL"] = api
         deploy = subprocess.run(
@@ -218,6 +222,9 @@ def test_nightly_deployment_runs_a_sweep_through_a_worker(tmp_path) -> None:
     assert run.state.is_completed(), run.state
     assert run.deployment_id == deployment.id and flows[run.flow_id] == "vibetraining-nightly-sweep"
     assert [(flows[b.flow_id], b.state.type.value) for b in benches] == [("vibetraining-bench", "COMPLETED")]
+    tags = {"task:math", "agent:noop", "seed:0", "model:tiny", "sandbox:bwrap", f"sweep:{run.name}"}
+    assert set(benches[0].tags) == tags  # a sweep's bench: its own tags and the sweep's name
+    assert benches[0].name.startswith("math-noop-s0-")  # named by task, agent, seed
 
     # the files: a dated folder (the scheduled date, UTC) with the leaderboard and the bench's record
     [day] = [p for p in runs.iterdir() if p.is_dir()]

@@ -21,6 +21,7 @@ LAYERS: list[tuple[str, ...]] = [
         "vtb.ledger",
         "vtb.chat",
         "vtb.noise",
+        "vtb.progress",
         "vtb.models",
         "vtb.domains.salt",
     ),

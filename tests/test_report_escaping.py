@@ -107,8 +107,10 @@ def test_write_report_escapes_notes_file_names_and_metrics(tmp_path):
     report = (tmp_path / "report.md").read_text()
     _assert_inert(report)
     html = _html(report)
-    assert html.count("<tr>") == 1 + len(history)  # one row per iteration: no row injected, none lost
-    assert all(row.count("<td") == 7 for row in html.split("<tr>")[2:])  # no cell injected
+    scores, iterations = html.split("<h2>Iterations")[0], html.split("<h2>Iterations")[1].split("<h2>")[0]
+    assert scores.count("<tr>") == 1 + 2  # the plot's test scores: initial, submitted (no reference)
+    assert iterations.count("<tr>") == 1 + len(history)  # one row per iteration: no row injected, none lost
+    assert all(row.count("<td") == 7 for row in iterations.split("<tr>")[2:])  # no cell injected
     assert "&lt;script&gt;alert(document.cookie)&lt;/script&gt; tuned the lr" in html  # shown as text
     assert "&lt;img src=x onerror=alert(1)&gt;.py" in html
     assert "[x](javascript:alert(1)).jsonl" in html  # the name as written, not a link
@@ -133,6 +135,8 @@ def test_prefect_artifacts_escape_agent_text(tmp_path, captured):
     write_report(tmp_path, _result(tmp_path), history, _grades())
     bench.publish_artifacts("run-1", tmp_path, history)
     _assert_inert(seen["markdown"])
+    assert "<img" not in _html(seen["markdown"])  # the UI cannot load a relative image: the file is named
+    assert f"{tmp_path}/scores.png".replace("-", "\\-").replace("_", "\\_") in seen["markdown"]
     cells = [str(v) for row in seen["table"] for k, v in row.items() if k in ("notes", "edits")]
     assert len(cells) == 2 * len(history)
     for cell in cells:

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from vtb import contamination, keys, noise, pipeline, record
+from vtb import contamination, keys, noise, pipeline, progress, record
 from vtb.agents import Feedback, best_of, make_agent
 from vtb.blind import null_model, secret_of
 from vtb.config import BenchConfig, ModelConfig
@@ -38,7 +38,9 @@ Ran = tuple[Any, bool]  # a step's typed result, and whether it came from the ca
 
 @dataclass
 class Steps:
-    """The bench's steps; each takes its keyword parameters (steps/tasks.py) and returns `Ran`."""
+    """The bench's steps; each takes `run_name` and its keyword parameters (steps/tasks.py) and
+    returns `Ran`. `run_name` says what the call is (`train-it2`, `val-it2`, `grade-submitted`):
+    the Prefect steps name their task runs with it, so a user can tell validation from grading."""
 
     data: Callable[..., Ran]
     model: Callable[..., Ran]
@@ -51,7 +53,7 @@ def plain_steps() -> Steps:
     """The pipeline functions themselves, never cached: a bench without Prefect (tests, scripts)."""
 
     def uncached(fn: Callable) -> Callable[..., Ran]:
-        return lambda **params: (fn(**params), False)
+        return lambda run_name="", **params: (fn(**params), False)
 
     def model(key: str, model_cfg: ModelConfig, task_cfg: Any, data_dir: str, cache: str, sandbox_cfg: Any):
         out = pipeline.model_dir(cache, model_cfg, key)  # the folder rule of the Prefect step too
@@ -74,6 +76,15 @@ def default_run_id(cfg: BenchConfig) -> str:
     return f"{cfg.task.name}-{cfg.agent.name}-s{cfg.seed}-{tag[:8]}"
 
 
+@dataclass
+class Watch:
+    """What a running bench tells its caller besides log lines; the flow layer shows these in the
+    Prefect UI while the bench runs (the core stays free of Prefect). Defaults do nothing."""
+
+    budget: Callable[[dict], None] = lambda summary: None  # after each booked charge: ledger.summary()
+    iteration: Callable[[list[Candidate]], None] = lambda history: None  # after each recorded iteration
+
+
 def select(history: list[Candidate]) -> Candidate:
     """The best validated candidate, the earliest on a tie (agents read the same rule through
     `Feedback.best`); the initial system when nothing validated."""
@@ -83,7 +94,13 @@ def select(history: list[Candidate]) -> Candidate:
 class Bench:
     """State of one bench run; the methods are its stages, `run` chains them."""
 
-    def __init__(self, cfg: BenchConfig, steps: Steps, log: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        cfg: BenchConfig,
+        steps: Steps,
+        log: Callable[[str], None] | None = None,
+        watch: Watch | None = None,
+    ):
         check_budget(cfg.budget.unit, cfg.sandbox.gpus)  # also for flows that skip preflight (sweeps)
         self.cfg, self.steps = cfg, steps
         self.runs, self.cache = cfg.paths()
@@ -99,9 +116,8 @@ class Bench:
         self._grading: dict[str, Future] = {}  # grading plays by key: one play per key, however often asked
         self._reference: Future | None = None  # the reference system trained in the background (run)
         self.t0 = time.monotonic()
-        self._log = log or (
-            lambda msg: print(f"[bench {time.monotonic() - self.t0:6.1f}s] {msg}", flush=True)
-        )
+        self.watch = watch or Watch()
+        self._log = log or (lambda msg: progress.say(f"[bench {time.monotonic() - self.t0:6.1f}s] {msg}"))
 
     def run(self) -> dict:
         """The whole bench; returns result.json's content.
@@ -118,9 +134,9 @@ class Bench:
         self.iterate()
         return self.finish()
 
-    def _call(self, name: str, **params: Any) -> Any:
+    def _call(self, name: str, run_name: str, **params: Any) -> Any:
         start = time.monotonic()
-        out, cached = getattr(self.steps, name)(**params)
+        out, cached = getattr(self.steps, name)(run_name=run_name, **params)
         charge = getattr(out, "charge", None)
         inside = 0.0 if cached or charge is None else round(charge.wall_seconds, 3)
         self.timings.append(
@@ -141,6 +157,7 @@ class Bench:
         self.charged.add(key)
         if budgeted:
             self.ledger.charge(step, iteration, charge)
+            self.watch.budget(self.ledger.summary())
 
     def _limits(self, budgeted: bool, kind: str) -> StepLimits:
         """What the budget leaves the next step of `kind`; nothing for unbudgeted steps (grading, reference)."""
@@ -153,13 +170,13 @@ class Bench:
         cfg = self.cfg
         self._log(f"run {self.run_id}: provisioning data and the {cfg.model.name} base model")
         self.data: DataResult = self._call(
-            "data", key=keys.data_key(cfg.task), task_cfg=cfg.task, cache=str(self.cache)
+            "data", "provision-data", key=keys.data_key(cfg.task), task_cfg=cfg.task, cache=str(self.cache)
         )
         # A domain may refuse data the backend would run unfaithfully (terminal: tasks built from a Dockerfile).
         check = getattr(get_domain(cfg.task.name), "check_sandbox", None)
         if check is not None:
             check(Path(self.data.data_dir), cfg.sandbox.backend)
-        self.model = self._provision_model(cfg.model)
+        self.model = self._provision_model(cfg.model, "provision-model")
         self.data_dir, self.base_dir = Path(self.data.data_dir), Path(self.model.base_dir)
         self.initial = pipeline.build_system("initial", cfg, self.data_dir, self.store)
         self._log(f"data {self.data.counts}, base model {self.model.n_params} params")
@@ -172,9 +189,10 @@ class Bench:
         self.ledger.floor = floor_of(cfg, calibration)
         self.rec.write_artifact("calibration.json", calibration)  # the FLOPs floor's rates and machine
 
-    def _provision_model(self, model: ModelConfig) -> ModelResult:
+    def _provision_model(self, model: ModelConfig, run_name: str) -> ModelResult:
         return self._call(
             "model",
+            run_name,
             key=keys.model_key(model, self.data.hashes),
             model_cfg=model,
             task_cfg=self.cfg.task,
@@ -189,6 +207,7 @@ class Bench:
         lim = self._limits(budgeted, "train")
         out = self._call(
             "train",
+            f"train-it{iteration}" if iteration >= 0 else "train-reference",
             key=key,
             snapshot_dir=str(self.store / sid),
             base_dir=str(self.base_dir),
@@ -212,7 +231,7 @@ class Bench:
     ) -> PlayResult:
         """Play `system` on `split`; `weights` swaps in other weights (mode null or base) behind the same endpoint."""
         key, params = self._play_params(system, split, budgeted, weights, mode)
-        out = self._call("play", key=key, **params)
+        out = self._call("play", f"{split}-it{iteration}", key=key, **params)
         self._charge(f"play-{split}", iteration, key, out.charge, budgeted)
         return out
 
@@ -242,14 +261,21 @@ class Bench:
         )
 
     def _grading_play(
-        self, pool: ThreadPoolExecutor, system: System, weights: str | None, mode: str
+        self, pool: ThreadPoolExecutor, system: System, weights: str | None, mode: str, label: str
     ) -> Future:
-        """A grading play (unbudgeted, test split) started in `pool`; the same key twice is one play."""
+        """A grading play (unbudgeted, test split) started in `pool`; the same key twice is one play.
+
+        Its run name says the system and the check: `grade-submitted`, `grade-submitted-null-check`,
+        `grade-initial-base-model`, `grade-submitted-regrade`."""
         key, params = self._play_params(system, "test", False, weights, mode)
         if key not in self._grading:
             self._charge("play-test", -1, key, None, budgeted=False)  # marks the key; no ledger entry
             run = contextvars.copy_context().run  # the flow's context (Prefect's run) in the worker
-            self._grading[key] = pool.submit(run, self._call, "play", key=key, **params)
+            name = (
+                f"grade-{label}"
+                + {"model": "", "null": "-null-check", "base": "-base-model", "regrade": "-regrade"}[mode]
+            )
+            self._grading[key] = pool.submit(run, self._call, "play", name, key=key, **params)
         return self._grading[key]
 
     def evaluate(self, sid: str, iteration: int, turn: TurnOutcome | None) -> Candidate:
@@ -273,10 +299,11 @@ class Bench:
             },
             val=_val_view(val),
         )
+        self.watch.iteration(self.history)
         score = "failed" if val is None else f"{val.score:.3f}"
         self._log(
-            f"iteration {iteration}: val {score}; budget {self.ledger.used():.3g}/{self.ledger.limit:.3g} "
-            f"{self.ledger.unit}"
+            f"iteration {iteration}: val {score}; budget {self.ledger.used():.3g} of "
+            f"{record.amount(self.ledger.limit, self.ledger.unit)}"
         )
         return entry
 
@@ -325,6 +352,7 @@ class Bench:
             self._log(f"iteration {it}: {cfg.agent.name} agent turn")
             turn: TurnOutcome = self._call(
                 "turn",
+                f"turn-it{it}",
                 key=key,
                 agent_cfg=cfg.agent,
                 feedback=feedback,
@@ -351,6 +379,7 @@ class Bench:
                     val_score=None,
                     val=None,
                 )
+                self.watch.iteration(self.history)
                 self._log(f"iteration {it}: {turn.rejected}")
             elif not (turn.done and turn.after == before):
                 self.evaluate(turn.after, it, turn)
@@ -371,16 +400,16 @@ class Bench:
         if system.weights is None:
             return lambda: Grade(test_score=0.0, note="no checkpoint (training failed)")
         self._log(f"grading the {label} system on the hidden test split")
-        test = self._grading_play(pool, system, None, "model")
+        test = self._grading_play(pool, system, None, "model", label)
         null = base = None
         if self.cfg.null_model_check:
             # The same harness, episodes (ids, order), mounts, paths and environment; only the
             # weights differ: the checkpoint's own folder with every tensor shuffled (vtb/blind.py).
             null_dir = null_model(Path(system.weights), self.cache, secret_of(self.cfg.task))
-            null = self._grading_play(pool, system, str(null_dir), "null")
+            null = self._grading_play(pool, system, str(null_dir), "null", label)
         if self.cfg.base_model_check:
             # Information, not a flag: how much of the score the trained weights carry.
-            base = self._grading_play(pool, system, str(self.base_dir), "base")
+            base = self._grading_play(pool, system, str(self.base_dir), "base", label)
 
         def finish() -> Grade:
             played: PlayResult = test.result()
@@ -429,7 +458,7 @@ class Bench:
         hub_id = self.cfg.model.reference_hub_id
         if hub_id:
             self._log(f"fetching the reference model {hub_id} (not trained)")
-            ref = self._provision_model(reference_model_config(self.cfg.model))
+            ref = self._provision_model(reference_model_config(self.cfg.model), "provision-reference-model")
             system = System(sid, ref.hash, ref.base_dir)
         else:
             self._log("training the reference system (not charged to the agent)")
@@ -459,7 +488,7 @@ class Bench:
             regrade = None
             if self.cfg.regrade_check and chosen.system.weights is not None:
                 # the same play under another key (so not served from the first one's cache)
-                regrade = self._grading_play(pool, chosen.system, None, "regrade")
+                regrade = self._grading_play(pool, chosen.system, None, "regrade", "submitted")
             scan = self.contamination_scan(chosen)  # here, while the grading plays run in sandboxes
             grades = {label: wait() for label, wait in pending.items()}
             determinism = None
@@ -473,7 +502,7 @@ class Bench:
         )
         result = self.rec.finish(self.cfg, outcome, self.ledger, self.store)
         self.rec.write_timings(time.monotonic() - self.t0, self.timings)
-        print(record.summary_table(result), flush=True)
+        progress.say(record.summary_table(result))
         return result
 
 

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from vtb import runner
+from vtb import progress, runner
 from vtb.agents import Feedback
 from vtb.agents.turn import take_turn
 from vtb.blind import blind, real_ids, secret_of
@@ -216,7 +216,7 @@ def train(
         out_dir,
         seed=seed,
         limits=step_limits(sandbox_cfg, max_flops, cpu_seconds, gpu_seconds),
-        echo=lambda line: print(f"  [train] {line}", flush=True),
+        echo=lambda line: progress.say(f"  [train] {line}"),
         checkpoint_caps=sandbox_cfg.checkpoint_caps(),
     )
     return TrainResult(
@@ -267,6 +267,7 @@ def play(
                 limits=dataclasses.replace(limits, max_flops=None),
                 round_timeout_s=task_cfg.round_timeout_s,
                 per_episode_timeout_s=task_cfg.per_episode_timeout_s,
+                progress=progress.every(lambda over, n: f"  [play {split}] {over}/{n} episodes over"),
             )
     except ServiceError as e:  # e.g. a checkpoint in a pickle format: every episode fails, the run goes on
         outcome = runner.EpisodeOutcome({}, Charge(), [], 0, [], [])

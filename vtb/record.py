@@ -16,6 +16,7 @@ import re
 import shutil
 import unicodedata
 from dataclasses import asdict
+from datetime import UTC, datetime
 from pathlib import Path
 
 from vtb import safefs
@@ -268,6 +269,31 @@ def contamination_lines(scan: dict | None) -> list[str]:
     return lines
 
 
+UNIT_LABELS = {"flops": "FLOPs", "cpu_seconds": "CPU-seconds", "gpu_seconds": "GPU-seconds"}
+
+
+def amount(value: float, unit: str) -> str:
+    """A budget figure as people read it: `1.83e+10 FLOPs`, not `18298590720`."""
+    return f"{value:.3g} {UNIT_LABELS.get(unit, unit)}".rstrip()
+
+
+def utc_now() -> str:
+    """Now, with its zone written out: every time the project prints is UTC and says so."""
+    return datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+PLOT_LINE = "![scores](scores.png)"  # report.md's plot; agent text cannot make this line (md_text escapes it)
+
+
+def report_for_ui(run_dir: Path) -> str:
+    """report.md for Prefect's UI, which cannot load a relative image: the plot's line names the file.
+
+    The figures the plot shows are in the report as tables, so nothing is lost."""
+    text = (run_dir / "report.md").read_text()
+    path = md_text(str(run_dir / "scores.png"))
+    return text.replace(PLOT_LINE, f"Plot (the tables below hold its figures): {path}", 1)
+
+
 def summary_table(result: dict) -> str:
     b = result["budget"]
 
@@ -285,7 +311,7 @@ def summary_table(result: dict) -> str:
         ("initial system (test)", score(result["initial"])),
         (f"submitted by {result['agent']} (test)", score(result["submitted"])),
         ("reference system (test)", score(result["reference"])),
-        (f"budget used ({b['unit']})", f"{b['used']:.3g} of {b['limit']:.3g}"),
+        ("budget used", f"{b['used']:.3g} of {amount(b['limit'], b['unit'])}"),
         ("metered CPU-seconds", f"{b['cpu_seconds']:.0f}"),
         *gpu_row,
         ("research agent's LLM", f"{b.get('agent_tokens', 0)} tokens, ${b.get('agent_cost_usd', 0.0):.4f}"),
@@ -336,9 +362,17 @@ def write_report(run_dir: Path, result: dict, history: list[dict], grades: dict)
         table,
         _fence(table),
         "",
-        "![scores](scores.png)",
+        f"Finished {utc_now()}.",
         "",
-        "## Iterations",
+        PLOT_LINE,
+        "",
+        "## Test scores (the plot's right panel)",
+        "",
+        "| system | test score |",
+        "|---|---:|",
+        *[f"| {k} | {grades[k]['test_score']:.3f} |" for k in labels],
+        "",
+        "## Iterations (the plot's left panel: val per iteration)",
         "",
         "| it | val | edits | budget used after | agent tokens | agent cost | notes |",
         "|---:|---:|---|---:|---:|---:|---|",
@@ -350,7 +384,8 @@ def write_report(run_dir: Path, result: dict, history: list[dict], grades: dict)
         notes = md_text(h["notes"])  # one table cell, inert
         source = f" ({md_text(use['usage'])})" if use.get("usage") else ""
         lines.append(
-            f"| {h['iteration']} | {val} | {edits} | {h['budget_after']['used']:.3g} | {use.get('tokens', 0)}{source} | "
+            f"| {h['iteration']} | {val} | {edits} | {amount(h['budget_after']['used'], h['budget_after'].get('unit', ''))} | "
+            f"{use.get('tokens', 0)}{source} | "
             f"${use.get('cost_usd', 0.0):.4f} | {notes} |"
         )
     if any((h.get("agent") or {}).get("usage") for h in history):

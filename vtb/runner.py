@@ -292,6 +292,7 @@ def play(
     per_episode_timeout_s: float,
     chunk: int = 128,
     max_restarts: int = 20,
+    progress: Callable[[int, int], None] | None = None,
 ) -> EpisodeOutcome:
     """Play episodes against the harness in rounds until every episode is over.
 
@@ -304,7 +305,7 @@ def play(
     The harness sandbox holds the harness and the model's socket, never weights; the model
     server meters the FLOPs, so the harness's own usage file is not read (its charge is its
     CPU and GPU seconds). Once the server refused a request for the budget, the episodes still
-    unanswered end as stopped by budget.
+    unanswered end as stopped by budget. `progress(over, total)` is called after each round.
     """
     eps: list[Episode] = [SingleTurn(e) if isinstance(e, dict) else e for e in episodes]
     mounts = runtime_mounts() + [Mount(harness_dir, "/ws/harness"), *model.harness_mounts()]
@@ -415,6 +416,8 @@ def play(
                     alone.append(ep)
                 else:
                     end(ep, "no valid action from the harness")
+        if progress is not None:
+            progress(len(eps) - len(running) - len(alone), len(eps))
     if proc is not None:
         finish(proc)
     out.output = {**stats.record(), "garbage_lines": garbage}

@@ -244,7 +244,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    args.run_id = args.run_id or time.strftime("vtb-%Y%m%d-%H%M%S")
+    args.run_id = args.run_id or time.strftime("vtb-%Y%m%d-%H%M%SZ", time.gmtime())  # UTC, labelled
     if not _SAFE_NAME.match(args.run_id):
         print(f"error: --run-id {args.run_id!r} is not a plain name", file=sys.stderr)
         return 2

@@ -1,0 +1,122 @@
+"""What the Prefect UI shows of a bench while it runs: its tags, its progress lines in the run's
+log, a budget progress artifact and a table of iterations that grow as the bench goes.
+
+The bench core (vtb/bench.py) knows nothing of Prefect: it says its lines through
+`vtb.progress` and reports budget and iterations through `vtb.bench.Watch`; this module turns
+those into Prefect logs and artifacts. Agent-written text in the table goes through
+`record.md_text`, as in the final artifacts: it cannot render markup or links.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
+from prefect.context import get_run_context
+from prefect.exceptions import MissingContextError
+from prefect.logging.handlers import APILogHandler
+
+from vtb import progress, record
+from vtb.bench import Watch
+from vtb.config import BenchConfig
+from vtb.results import Candidate
+
+
+def bench_tags(cfg: BenchConfig) -> list[str]:
+    """The tags of a bench's flow run: the UI's tag filter then picks a task, agent, seed, model or sandbox."""
+    return [
+        f"task:{cfg.task.name}",
+        f"agent:{cfg.agent.name}",
+        f"seed:{cfg.seed}",
+        f"model:{cfg.model.name}",
+        f"sandbox:{cfg.sandbox.backend}",
+    ]
+
+
+def artifact_key(run_id: str) -> str:
+    """A run id as Prefect allows in an artifact key (a-z, 0-9, -)."""
+    return "".join(c if c.isalnum() else "-" for c in run_id.lower())
+
+
+class _RunLog(APILogHandler):
+    """Progress lines to the Prefect run (flow or task) they were said in; outside a run, to no one.
+
+    One handler serves every bench of the process: each line goes to the run of its own context,
+    so benches running side by side in a sweep keep their logs apart."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            get_run_context()
+        except MissingContextError:
+            return
+        super().emit(record)
+
+
+def send_progress_to_prefect() -> None:
+    """Add the run-log handler to the progress logger, once per process."""
+    if not any(isinstance(h, _RunLog) for h in progress.LOGGER.handlers):
+        progress.LOGGER.addHandler(_RunLog())
+
+
+def iteration_rows(history: list[Candidate] | list[dict]) -> list[dict]:
+    """The iterations table: numbers formatted, agent text escaped, an empty cell as `none`, not `-`
+    (a lone `-` renders as a list bullet)."""
+    rows = []
+    for h in history:
+        h = h if isinstance(h, dict) else h.to_json()
+        val = h["val_score"]
+        rows.append(
+            {
+                "iteration": h["iteration"],
+                "val_score": "failed" if val is None else f"{val:.3f}",
+                "edits": record.md_text(edits if (edits := record.edits_text(h["edits"])) != "-" else "none"),
+                "budget_used": record.amount(h["budget_after"]["used"], h["budget_after"].get("unit", "")),
+                "agent_tokens": (h.get("agent") or {}).get("tokens", 0),
+                "notes": record.md_text(h["notes"], 500),
+            }
+        )
+    return rows
+
+
+def budget_percent(summary: dict) -> float:
+    """Budget used of the limit, in percent (0 to 100, one decimal: the UI prints the figure as given)."""
+    share = 100.0 * summary["used"] / summary["limit"] if summary["limit"] else 0.0
+    return round(min(100.0, max(0.0, share)), 1)
+
+
+def _budget_text(summary: dict) -> str:
+    return f"Budget used: {summary['used']:.3g} of {record.amount(summary['limit'], summary['unit'])}"
+
+
+def ui_watch(run_id: str, cfg: BenchConfig) -> Watch:
+    """A `Watch` that keeps a budget progress artifact (`budget-<run>`) and the iterations table
+    (`iterations-<run>`, a new version after each iteration) up to date in the current flow run."""
+    key = artifact_key(run_id)
+    start = {"used": 0.0, "limit": cfg.budget.limit, "unit": cfg.budget.unit}
+    progress_id = create_progress_artifact(0.0, key=f"budget-{key}", description=_budget_text(start))
+
+    def budget(summary: dict) -> None:
+        update_progress_artifact(progress_id, budget_percent(summary), description=_budget_text(summary))
+
+    def iteration(history: list[Candidate]) -> None:
+        create_table_artifact(
+            table=iteration_rows(history),
+            key=f"iterations-{key}",
+            description=f"Iterations of {run_id} (updated after each iteration)",
+        )
+
+    return Watch(budget=_quietly(budget), iteration=_quietly(iteration))
+
+
+def _quietly(show: Callable[[Any], None]) -> Callable[[Any], None]:
+    """`show`, but an API error only costs the live view (a warning line), never the bench."""
+
+    def call(arg: Any) -> None:
+        try:
+            show(arg)
+        except Exception as e:  # noqa: BLE001 (the view is a convenience; the record is the truth)
+            progress.say(f"[ui] live artifact not updated: {type(e).__name__}: {str(e)[:200]}")
+
+    return call
