@@ -299,7 +299,7 @@ def test_episode_ids_and_order_carry_no_split_and_map_back(tmp_path):
     assert real_ids(a, {a[0].id: "why"}) == {a[0].inner.id: "why"}
 
 
-def test_episode_messages_carry_no_split_tells():
+def test_episode_messages_carry_no_split_tells(tmp_path):
     """swe's observation no longer names the instance, terminal's no trial number (test runs more trials)."""
     from vtb.domains.swe.env import SweEpisode
     from vtb.domains.terminal.env import TerminalEpisode
@@ -308,6 +308,5 @@ def test_episode_messages_carry_no_split_tells():
     inst = {"instance_id": "vtb__pkg-test-0001", "repo": "r", "problem_statement": "p", "files": {}}
     SweEpisode.__init__(swe, inst, sandbox=None, scratch=Path("/nonexistent"))
     assert "test" not in json.dumps(swe.message(fresh=True)["observation"])
-    term = TerminalEpisode.__new__(TerminalEpisode)
-    term.task, term.history, term.max_steps, term.trial, term.id = {"instruction": "x"}, [], 3, 2, "t.t2"
+    term = TerminalEpisode({"id": "t", "instruction": "x"}, 2, sandbox=None, scratch=tmp_path, max_steps=3)
     assert "trial" not in term.message(fresh=True)["observation"]
