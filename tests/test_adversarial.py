@@ -118,6 +118,11 @@ def test_hostile_agent_gains_nothing(tmp_path, backend) -> None:
     sub = result["submitted"]
     assert sub["flagged_by_null_model"] or sub["test_score"] <= result["initial"]["test_score"] + 0.1, result
 
+    # The contamination scan read the submission this agent left (links, FIFOs, sparse files
+    # on the way) to the end, in the orchestrator, without the run failing.
+    scan = result["contamination"]
+    assert scan is not None and set(scan["splits"]) >= {"test"} and scan["scanned"]["files"] > 0, scan
+
     # The ledger: no negative, non-finite or forged entry; the bill is what was metered.
     entries = [json.loads(line) for line in (run_dir / "ledger.jsonl").read_text().splitlines()]
     for entry in entries:
