@@ -48,3 +48,14 @@ def test_domains_come_from_a_registry() -> None:
             registry.get_domain("no-such")
     finally:
         registry._REGISTRY.pop("throwaway")
+
+
+def test_only_the_tiny_models_key_follows_the_data():
+    """The tiny model is pre-trained on the pool; a converted SmolLM2 is the same for any split."""
+    from vtb.config import ModelConfig
+    from vtb.keys import model_key
+
+    one, two = {"pool": "a", "val": "b"}, {"pool": "a", "val": "c"}
+    assert model_key(ModelConfig(), one) != model_key(ModelConfig(), two)
+    smol = ModelConfig(name="smollm2", kind="smollm2")
+    assert model_key(smol, one) == model_key(smol, two)

@@ -29,7 +29,7 @@ from transformers.utils import logging as hf_logging
 from vtb.engine import usage
 from vtb.engine.sft_config import ConfigError, resolve_config
 from vtb.engine.sft_core import CLIP_NORM, Tally, add_lora, completion_loss, save_checkpoint
-from vtb.engine.sft_data import batch_tensors, encode_rows, epoch_order, load_rows
+from vtb.engine.sft_data import batch_tensors, encode_rows, epoch_order, load_rows, wraps_chat
 from vtb.models.meta import count_params
 
 
@@ -69,7 +69,7 @@ def train(
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
     model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
     n_params = count_params(model)
-    examples = encode_rows(load_rows(Path(data_path)), tokenizer, cfg["max_length"])
+    examples = encode_rows(load_rows(Path(data_path)), tokenizer, cfg["max_length"], cfg["chat_template"])
     if cfg["method"] == "lora":
         model = add_lora(model, cfg["lora"])
     model.train()
@@ -108,6 +108,7 @@ def train(
         "method": cfg["method"],
         **tally.summary(),
         "rows": len(examples),
+        "chat_template": wraps_chat(tokenizer, cfg["chat_template"]),  # prompts in the chat template
         "n_params": n_params,
         "seed": cfg["seed"],
         "wall_seconds": round(time.time() - started, 3),

@@ -18,6 +18,10 @@ DEFAULTS: dict = {
     "warmup_steps": 0,
     "lr_schedule": "constant",  # constant | linear | cosine
     "max_length": 256,
+    # Prompts wrapped in the base model's chat template (one user turn; the completion is the
+    # assistant's): true | false | "auto" (wrap when the tokenizer has a template). A harness must
+    # prompt the same way (vtb.serve.client ModelClient.user_prompts).
+    "chat_template": False,
     "seed": 0,
     "lora": {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": None},
     "deepspeed": None,  # or {"stage": 2|3, "gpus": N, "precision": ..., "offload_optimizer": ...}
@@ -82,6 +86,8 @@ def resolve_config(config: dict | None) -> dict:
         _number(cfg, key, kind, minimum)
     if cfg["max_steps"] is not None:
         _number(cfg, "max_steps", int, 1)
+    if not (isinstance(cfg["chat_template"], bool) or cfg["chat_template"] == "auto"):
+        raise ConfigError(f'chat_template must be true, false or "auto", got {cfg["chat_template"]!r}')
     for key, kind, minimum in [("r", int, 1), ("alpha", float, 0.0), ("dropout", float, 0.0)]:
         _number(cfg["lora"], key, kind, minimum)
     targets = cfg["lora"]["target_modules"]

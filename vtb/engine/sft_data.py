@@ -76,18 +76,49 @@ def encode_segments(row: dict, tokenizer, max_length: int) -> tuple[list[int], l
     return ids[:max_length], labels[:max_length]
 
 
-def encode_rows(rows: list[dict], tokenizer, max_length: int) -> list[tuple[list[int], list[int]]]:
+def wraps_chat(tokenizer, chat_template: bool | str) -> bool:
+    """Whether the trainer's chat_template setting wraps prompts for this tokenizer."""
+    has_template = bool(getattr(tokenizer, "chat_template", None))
+    if chat_template is True and not has_template:
+        raise ValueError(
+            'chat_template is true but the base model has no chat template; set it to false or "auto"'
+        )
+    return bool(chat_template) and has_template
+
+
+def chat_prompts(prompts: list[str], tokenizer, chat_template: bool | str) -> list[str]:
+    """The prompts as one user turn in the model's chat template, up to where the assistant starts.
+
+    The same text a harness gets from the model server (ModelClient.user_prompts), so training and
+    inference see one format. "auto" wraps only when the tokenizer has a template.
+    """
+    if not wraps_chat(tokenizer, chat_template):
+        return prompts
+    return [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True
+        )
+        for p in prompts
+    ]
+
+
+def encode_rows(
+    rows: list[dict], tokenizer, max_length: int, chat_template: bool | str = False
+) -> list[tuple[list[int], list[int]]]:
     """(input ids, labels) per row; prompt labels are IGNORE.
 
     Too-long rows lose prompt tokens from the left first (the completion is what is learned),
     then completion tokens from the right (at least one prompt token stays, if there was one).
+    With chat_template, a {"prompt", "completion"} row's prompt is wrapped as a user turn
+    (chat_prompts); multi-turn "segments" rows are taken as written.
     """
     eos = tokenizer.eos_token_id
     if eos is None:
         raise ValueError("the base model's tokenizer has no EOS token; SFT appends one after each completion")
     segmented = {i: encode_segments(r, tokenizer, max_length) for i, r in enumerate(rows) if "segments" in r}
     pairs = [r for r in rows if "segments" not in r]
-    prompts = tokenizer([r["prompt"] for r in pairs], add_special_tokens=True).input_ids if pairs else []
+    texts = chat_prompts([r["prompt"] for r in pairs], tokenizer, chat_template)
+    prompts = tokenizer(texts, add_special_tokens=True).input_ids if pairs else []
     completions = (
         tokenizer([r["completion"] for r in pairs], add_special_tokens=False).input_ids if pairs else []
     )

@@ -87,7 +87,7 @@ def train_deepspeed(
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
     model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
     n_params = count_params(model)
-    examples = encode_rows(load_rows(data_path), tokenizer, cfg["max_length"])
+    examples = encode_rows(load_rows(data_path), tokenizer, cfg["max_length"], cfg["chat_template"])
     if cfg["method"] == "lora":
         model = add_lora(model, cfg["lora"])
     model.train()

@@ -23,6 +23,10 @@ from urllib.parse import urlsplit
 MAX_PROMPTS = 256  # per request (the server's limit)
 
 
+def user_turn(text: str) -> dict:
+    return {"role": "user", "content": text}
+
+
 class ModelError(RuntimeError):
     """The server refused a request or could not answer it."""
 
@@ -104,6 +108,31 @@ class ModelClient:
         for start in range(0, len(prompts), MAX_PROMPTS):
             out += self.complete(prompts[start : start + MAX_PROMPTS], stop=stop or None, **params)
         return out
+
+    def user_prompts(self, texts: list[str], chat: bool | str = "auto") -> list[str]:
+        """Each text as one user turn in the model's chat template, up to where the assistant starts.
+
+        The server renders it (/tokenize with messages, as vLLM's does), so the text is exactly what
+        /v1/chat/completions would prompt with, yet goes through complete()/generate(): batched, and
+        open to continuation. chat=false, or "auto" with a model that has no template, keeps the
+        texts as they are. The SFT trainer's chat_template setting wraps training prompts the same way.
+        """
+        if not texts or not chat or (chat == "auto" and not self.has_chat_template):
+            return list(texts)
+        return [
+            self.detokenize(self.post("/tokenize", {"messages": [user_turn(t)]})["tokens"]) for t in texts
+        ]
+
+    @functools.cached_property
+    def has_chat_template(self) -> bool:
+        """Whether the served checkpoint has a chat template (the server refuses messages without one)."""
+        try:
+            self.post("/tokenize", {"messages": [user_turn(".")]})
+        except ModelError as e:
+            if e.status == 400:
+                return False
+            raise
+        return True
 
     @functools.cached_property
     def spaced(self) -> bool:

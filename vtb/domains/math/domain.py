@@ -8,7 +8,7 @@ hidden test split, which no sandbox can rebuild.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from vtb.config import TaskConfig, TrainerConfig
@@ -17,18 +17,29 @@ from vtb.domains.math import generator, loaders
 from vtb.domains.math.env import MathEnv, MathEpisode
 from vtb.domains.math.kit import datatools
 from vtb.domains.registry import register_domain
+from vtb.engine.sft_config import ConfigError, resolve_config
 
 HARNESSES = Path(__file__).parent / "kit" / "harnesses"
 
 # The best choices we know for the embedded miniature (the reference row of the summary).
-REFERENCE_TRAINER = {"method": "full", "lr": 3e-3, "epochs": 3, "batch_size": 32, "lr_schedule": "cosine"}
-REFERENCE_DATA_ROWS = 2500
+REFERENCE_TRAINER = {
+    "method": "full",
+    "lr": 3e-3,
+    "epochs": 3,
+    "batch_size": 32,
+    "lr_schedule": "cosine",
+    "chat_template": "auto",
+}
+# Training and inference prompts in the model's chat template when it has one (an instruct model
+# such as SmolLM2; the tiny model has none, so its prompts are plain).
+CHAT = "auto"
 
 WORKSPACE_README = """# Workspace of the agent system (math)
 
 - data/train.jsonl  SFT rows {"prompt", "completion"}; the loss is on the completion only.
 - trainer/config.json  settings of vtb.engine.sft (method full|lora, lr, epochs, max_steps,
-  batch_size, lr_schedule, warmup_steps, weight_decay, max_length, lora{r,alpha,dropout}).
+  batch_size, lr_schedule, warmup_steps, weight_decay, max_length, chat_template, lora{r,alpha,dropout}).
+  chat_template "auto" wraps each prompt in the model's chat template; the harness's "chat" must match.
   Put a trainer/train.py here to replace the trainer; it is run as
   `python trainer/train.py --config trainer/config.json --data data/train.jsonl --base /base --out <dir> --seed N`.
 - harness/harness.py  inference-time program speaking the JSON-lines protocol (vtb/protocol.py);
@@ -52,10 +63,18 @@ def _real_splits(task: MathConfig) -> dict[str, list[dict]]:
 class MathConfig(TaskConfig):
     min_steps: int = 1  # arithmetic steps per generated problem
     max_steps: int = 2  # the generator does 1-4 (see conf/task/math.yaml)
+    reference_data_size: int = 2500  # pool rows the reference system trains on
+    # Keys of the reference trainer (REFERENCE_TRAINER) replaced for a model or budget, e.g. LoRA
+    # for SmolLM2 on a CPU (conf/budget/smollm2_cpu.yaml).
+    reference_trainer: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         loaders.check_metric(self.metric)
+        try:  # a typo here would only fail when the reference trains, at the end of the run
+            resolve_config({**REFERENCE_TRAINER, **self.reference_trainer})
+        except ConfigError as e:
+            raise ValueError(f"task.reference_trainer: {e}") from None
 
 
 @register_domain("math")
@@ -122,14 +141,14 @@ class MathDomain:
             if rng.random() < task.initial_noise:
                 problem = {**problem, "answer": generator.corrupt(problem["answer"], rng)}
             rows.append(datatools.to_sft_row(problem))
-        common.write_workspace(
-            ws, rows, common.trainer_dict(trainer), HARNESSES / "initial", WORKSPACE_README
-        )
+        trainer_cfg = {**common.trainer_dict(trainer), "chat_template": CHAT}
+        common.write_workspace(ws, rows, trainer_cfg, HARNESSES / "initial", WORKSPACE_README)
 
     def write_reference_system(self, ws: Path, task: MathConfig, data_dir: Path) -> None:
         pool = self.split(data_dir, "pool")
-        rows = [datatools.to_sft_row(p) for p in pool[:REFERENCE_DATA_ROWS]]
-        common.write_workspace(ws, rows, REFERENCE_TRAINER, HARNESSES / "calculator", WORKSPACE_README)
+        rows = [datatools.to_sft_row(p) for p in pool[: task.reference_data_size]]
+        trainer_cfg = {**REFERENCE_TRAINER, **task.reference_trainer}
+        common.write_workspace(ws, rows, trainer_cfg, HARNESSES / "calculator", WORKSPACE_README)
 
     def episodes(self, data_dir: Path, split: str, task: MathConfig, sandbox=None) -> list[MathEpisode]:
         metric = loaders.metric_of(task)

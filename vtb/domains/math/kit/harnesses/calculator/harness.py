@@ -89,7 +89,8 @@ def main() -> None:
     engine = ModelClient.from_env()  # the model server, at $OPENAI_BASE_URL
 
     def policy(batch: list[dict]) -> list[dict]:
-        prompts = [CONFIG["prompt"].format(question=m["observation"]["question"]) for m in batch]
+        texts = [CONFIG["prompt"].format(question=m["observation"]["question"]) for m in batch]
+        prompts = engine.user_prompts(texts, CONFIG.get("chat", False))  # chat template, if on and any
         votes = max(1, int(CONFIG.get("votes", 1)))
         runs = [
             solve(engine, prompts, 0.0 if votes == 1 else CONFIG["temperature"], seed)

@@ -1,7 +1,9 @@
 """Initial math harness: plain prompt, greedy decoding, the raw completion as the answer.
 
 Speaks the JSON-lines harness protocol (vtb.protocol) on stdin/stdout. The model is a server at
-$OPENAI_BASE_URL (an OpenAI-compatible API, key in $OPENAI_API_KEY). Settings are in config.json next to this file.
+$OPENAI_BASE_URL (an OpenAI-compatible API, key in $OPENAI_API_KEY). Settings are in config.json
+next to this file; "chat": "auto" wraps the prompt in the model's chat template when it has one, as
+the trainer's "chat_template": "auto" does for the training prompts.
 """
 
 import json
@@ -17,7 +19,10 @@ def main() -> None:
     engine = ModelClient.from_env()  # the model server, at $OPENAI_BASE_URL
 
     def policy(batch: list[dict]) -> list[dict]:
-        prompts = [CONFIG["prompt"].format(question=m["observation"]["question"]) for m in batch]
+        texts = [CONFIG["prompt"].format(question=m["observation"]["question"]) for m in batch]
+        prompts = engine.user_prompts(
+            texts, CONFIG.get("chat", False)
+        )  # the model's chat template, if it has one
         outputs = engine.generate(prompts, max_new_tokens=CONFIG["max_new_tokens"])
         return [{"type": "answer", "content": text} for text in outputs]
 
