@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -64,3 +65,67 @@ def test_one_lora_step(smol_dir, tmp_path, monkeypatch):
     assert summary["steps"] == 1 and summary["tokens"] > 0
     assert lora and any(v.abs().sum() > 0 for v in lora.values())  # lora_B starts at zero
     assert (tmp_path / "ckpt" / "model.safetensors").exists()
+
+
+def test_the_harness_prompts_as_the_trainer_trained(smol_dir, monkeypatch):
+    """SmolLM2's real chat template: the text a harness gets from the server (user_prompts) is the
+    trainer's chat prompt, to the token, and the trainer's summary says it wrapped the prompts."""
+    from transformers import AutoTokenizer
+
+    from tests.test_chat_template import InProcessClient
+    from vtb.engine.infer import Engine
+    from vtb.engine.sft_data import chat_prompts, encode_rows
+    from vtb.serve.api import Limits
+    from vtb.serve.server import ModelServer
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    engine = Engine(smol_dir)
+    client = InProcessClient(ModelServer(engine, "k-chat", Limits()))
+    tokenizer = AutoTokenizer.from_pretrained(smol_dir)
+    texts = ["Question: Emma has 95 dollars and gets 14 more. How many?\nAnswer:"]
+    served = client.user_prompts(texts, "auto")
+    assert client.has_chat_template and served == chat_prompts(texts, tokenizer, "auto")
+    assert served[0].startswith("<|im_start|>") and served[0].endswith("<|im_start|>assistant\n")
+    row = {"prompt": texts[0], "completion": " 109\n#### 109"}
+    ids, labels = encode_rows([row], tokenizer, 256, "auto")[0]
+    prompt_ids = [i for i, label in zip(ids, labels, strict=True) if label == -100]
+    assert prompt_ids == client.tokenize(served[0], add_special_tokens=True)  # what completions encodes
+
+
+def test_a_shrunk_smollm2_bench_runs_whole(tmp_path, prefect_server, monkeypatch):
+    """budget=smollm2_cpu, shrunk: LoRA on chat-template prompts, validation and grading through
+    the model server, a reference row. The full preset's figures are in the README."""
+    from safetensors import safe_open
+
+    from flows.bench import run_bench
+    from vtb.compose import compose_config
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cfg = compose_config(
+        [
+            "model=smollm2",
+            "budget=smollm2_cpu",
+            "task.n_val=4",
+            "task.n_test=4",
+            "task.initial_data_size=8",
+            "task.reference_data_size=8",
+            "task.reference_trainer={method:lora,epochs:1,batch_size:8}",
+            "agent.max_iterations=1",  # greedy's first proposal: the calculator harness (no training)
+            "base_model_check=false",
+            f"runs_dir={tmp_path / 'runs'}",
+            f"cache_dir={tmp_path / 'cache'}",
+        ]
+    )
+    result = run_bench(cfg)
+    scores = {name: result[name]["test_score"] for name in ("initial", "submitted", "reference")}
+    assert all(0.0 <= s <= 1.0 for s in scores.values()), scores
+    record = Path(result["record"])
+    first = json.loads((record / "iterations" / "00.json").read_text())
+    summary = first["train"]["summary"]
+    assert first["train"]["ok"] and summary["method"] == "lora" and summary["chat_template"] is True
+    assert first["val_score"] is not None
+    trained = Path(first["checkpoint"]) / "model.safetensors"
+    base = next((tmp_path / "cache" / "models").glob("smollm2-*"))
+    name = "model.layers.0.self_attn.q_proj.weight"
+    with safe_open(trained, "pt") as a, safe_open(base / "model.safetensors", "pt") as b:
+        assert not (a.get_tensor(name) == b.get_tensor(name)).all()  # the merged LoRA changed the weights

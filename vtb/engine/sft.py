@@ -81,6 +81,7 @@ def train(
     progress(
         f"sft {cfg['method']}: {len(examples)} rows, {total} steps, batch {cfg['batch_size']}, "
         f"{n_params} params ({sum(p.numel() for p in trainable)} trainable)"
+        + (", prompts in the chat template" if wraps_chat(tokenizer, cfg["chat_template"]) else "")
     )
     tally = Tally(total, progress)
     for batch in epoch_order(len(examples), cfg["batch_size"], cfg["epochs"], cfg["seed"]):

@@ -34,8 +34,10 @@ def gguf_path() -> Path:
 def convert_to_hf(out_dir: Path) -> Path:
     """Dequantise the GGUF to fp32 and save a normal model directory (+ vtb_model.json) at out_dir."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local; never try the hub
+    hf_logging.disable_progress_bar()  # a bar per tensor would flood the run's log
     path = gguf_path()
     tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     loaded = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
