@@ -196,7 +196,9 @@ def _shuffle_safetensors(path: Path, rng) -> None:
         count = (end - begin) // item
         if count > 1:
             elems = data[begin : begin + count * item].view(np.dtype((np.void, item)))
-            rng.shuffle(elems)
+            # A plain ndarray view of the same bytes: numpy shuffles an ndarray subclass (the memmap)
+            # element by element in Python, ~9 s per million elements; this is the same permutation.
+            rng.shuffle(elems.view(np.ndarray))
     data.flush()
     del data
 
