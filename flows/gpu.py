@@ -20,6 +20,7 @@ import socket
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from uuid import UUID
 
 LEASE_SECONDS = 60.0  # a dead holder's slot is freed this long after its last renewal
 POLL_SECONDS = 2.0  # between rounds of tries while every GPU of the machine is busy
@@ -48,45 +49,56 @@ def limit_name(gpu: str, host: str | None = None) -> str:
 
 
 def ensure_limits(gpus: Sequence[str], host: str | None = None) -> list[str]:
-    """The limit names of `gpus`, each created with one slot if missing (idempotent)."""
+    """The limit names of `gpus`, each created with one slot if missing (idempotent, race-safe)."""
     from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectAlreadyExists
 
     names = [limit_name(g, host) for g in gpus]
     with get_client(sync_client=True) as client:
         for name in names:
-            client.upsert_global_concurrency_limit_by_name(name, 1)
+            try:
+                client.upsert_global_concurrency_limit_by_name(name, 1)
+            except ObjectAlreadyExists:  # another bench created it first
+                pass
     return names
 
 
-def _try(name: str, holder: dict | None):
-    """The entered `concurrency` context of `name`, or None at once when its slot is taken."""
+def _take(client, name: str) -> UUID | None:
+    """The lease of `name`'s one slot, or None at once when another bench holds it (HTTP 423)."""
     import httpx
-    from prefect.concurrency.sync import concurrency
 
-    cm = concurrency(name, occupy=1, max_retries=0, lease_duration=LEASE_SECONDS, strict=True, holder=holder)
     try:
-        cm.__enter__()
+        response = client.increment_concurrency_slots_with_lease(
+            names=[name], slots=1, mode="concurrency", lease_duration=LEASE_SECONDS
+        )
     except httpx.HTTPStatusError as e:
-        if e.response.status_code == 423:  # locked: another bench holds this GPU
+        if e.response.status_code == 423:
             return None
         raise
-    return cm
+    return UUID(response.json()["lease_id"])
 
 
 @contextmanager
-def gpu_slot(
-    gpus: Sequence[str], host: str | None = None, poll_s: float = POLL_SECONDS, holder: dict | None = None
-) -> Iterator[str]:
-    """Hold the Prefect slot of one of `gpus` (this machine's) and yield its id; wait while all are taken."""
+def gpu_slot(gpus: Sequence[str], host: str | None = None, poll_s: float | None = None) -> Iterator[str]:
+    """Hold the Prefect slot of one of `gpus` (this machine's) and yield its id; wait while all are taken.
+
+    The lease is renewed in the background by Prefect's own helper (the one `concurrency()`
+    uses) and released at the end, failed or not.
+    """
+    from prefect.client.orchestration import get_client
+    from prefect.concurrency._leases import maintain_concurrency_lease
+
     names = ensure_limits(gpus, host)
-    while True:
-        for gpu, name in zip(gpus, names, strict=True):
-            cm = _try(name, holder)
-            if cm is None:
-                continue
-            try:
-                yield str(gpu)
-            finally:
-                cm.__exit__(None, None, None)
-            return
-        time.sleep(poll_s)
+    with get_client(sync_client=True) as client:
+        while True:
+            for gpu, name in zip(gpus, names, strict=True):
+                lease = _take(client, name)
+                if lease is None:
+                    continue
+                try:
+                    with maintain_concurrency_lease(lease, LEASE_SECONDS):
+                        yield str(gpu)
+                finally:
+                    client.release_concurrency_slots_with_lease(lease)
+                return
+            time.sleep(POLL_SECONDS if poll_s is None else poll_s)
