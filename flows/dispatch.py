@@ -160,6 +160,9 @@ def fetch_result(data: Any) -> dict:
     """
     meta = _metadata(data)
     key = meta["storage_key"]
+    serializer = (
+        (meta.get("serializer") or {}).get("type") if isinstance(meta.get("serializer"), dict) else None
+    )
     if meta.get("storage_block_id"):
         from prefect.results import resolve_result_storage
         from prefect.utilities.asyncutils import run_coro_as_sync
@@ -171,7 +174,7 @@ def fetch_result(data: Any) -> dict:
             raise BadResult(f"result at {key[:200]!r} is not bytes of at most {MAX_RESULT_BYTES}")
     else:
         raw = safefs.read_in(local_root(), _under(local_root(), key), MAX_RESULT_BYTES)
-    return parse_record(raw)
+    return parse_record(raw, str(serializer))
 
 
 def local_root() -> Path:

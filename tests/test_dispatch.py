@@ -173,6 +173,8 @@ def _flow_run_of(cluster: Cluster, run_name: str):
 
 
 def test_a_tampered_or_malformed_result_in_storage_is_a_failed_row(cluster) -> None:
+    from prefect.serializers import PickleSerializer
+
     from flows.dispatch import Job, outcome_of
 
     assert cluster.first, "needs the first sweep"
@@ -188,27 +190,26 @@ def test_a_tampered_or_malformed_result_in_storage_is_a_failed_row(cluster) -> N
         with cluster.settings():
             return outcome_of(run, job, b["worker"])
 
-    record = json.loads(original)
-    result = json.loads(record["result"])
+    result = json.loads(original)
     assert row()["state"] == "completed"
     tampered = {
         "score 7": {**result, "submitted": {**result["submitted"], "test_score": 7.0}},
         "NaN FLOPs": {**result, "budget": {**result["budget"], "flops": float("nan")}},
         "another run": {**result, "seed": 1},
         "a string": {**result, "initial": {**result["initial"], "test_score": "0.9"}},
+        "no location": {k: v for k, v in result.items() if k != "location"},
+        "a path as run id": {**result, "run_id": "../../etc"},
     }
     try:
         for what, bad in tampered.items():
-            key.write_text(json.dumps({**record, "result": json.dumps(bad)}))
+            key.write_text(json.dumps(bad))
             got = row()
             assert got["state"] == "failed" and got["error"].startswith("result rejected"), (what, got)
             assert "submitted" not in got
+        key.write_text(json.dumps({"metadata": {}, "result": json.dumps(tampered["score 7"])}))
+        assert "submitted.test_score" in row()["error"]  # the record form is checked the same way
         key.write_bytes(b"\x80garbage")
         assert "not valid JSON" in row()["error"]
-        key.write_text(
-            json.dumps({**record, "metadata": {**record["metadata"], "serializer": {"type": "pickle"}}})
-        )
-        assert "only 'json'" in row()["error"]
         key.write_bytes(b" " * (9 << 20))
         assert "limit" in row()["error"]
         # a link in shared storage is never followed, even to a sound result
@@ -219,6 +220,17 @@ def test_a_tampered_or_malformed_result_in_storage_is_a_failed_row(cluster) -> N
         assert "link" in row()["error"]
         key.unlink()
         assert row()["state"] == "failed"  # gone: a failed row, not a crash
+        # a state whose result was pickled, or whose key points outside the storage, is not read
+        meta = run.state.data
+        for bad_meta in (
+            meta.model_copy(update={"serializer": PickleSerializer()}),
+            meta.model_copy(update={"storage_key": str(sound)}),
+        ):
+            key.write_bytes(original)
+            run.state.data = bad_meta
+            got = row()
+            assert got["state"] == "failed" and ("only 'json'" in got["error"] or "outside" in got["error"])
+        run.state.data = meta
     finally:
         if key.is_symlink() or key.exists():
             key.unlink()

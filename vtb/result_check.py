@@ -26,24 +26,23 @@ class BadResult(ValueError):
     """A stored result that may not reach the leaderboard; the message says why."""
 
 
-def parse_record(data: bytes) -> dict:
-    """The result inside a Prefect result record (`{"metadata": ..., "result": "<json>"}`).
+def parse_record(data: bytes, serializer: str) -> dict:
+    """The result in the bytes Prefect stored for a flow run, written with `serializer`.
 
-    Only records written with the JSON serializer are accepted: a pickled result from shared
-    storage would run code when loaded.
+    Prefect stores either the serialized result alone or a result record (`{"metadata": ...,
+    "result": "<serialized>"}`); both are read. Only the JSON serializer is accepted: a pickled
+    result from shared storage would run code when loaded.
     """
+    if serializer != "json":
+        raise BadResult(f"result serialized as {str(serializer)[:40]!r}, only 'json' is read")
     if len(data) > MAX_RESULT_BYTES:
-        raise BadResult(f"result record of {len(data)} bytes, over the {MAX_RESULT_BYTES}-byte limit")
-    record = _loads(data, "result record")
-    if not isinstance(record, dict) or not isinstance(record.get("metadata"), dict):
-        raise BadResult("not a Prefect result record (no metadata)")
-    serializer = record["metadata"].get("serializer")
-    kind = serializer.get("type") if isinstance(serializer, dict) else None
-    if kind != "json":
-        raise BadResult(f"result serialized as {str(kind)[:40]!r}, only 'json' is read")
-    if not isinstance(record.get("result"), str):
-        raise BadResult("result record without a JSON result")
-    return _loads(record["result"].encode(), "result")
+        raise BadResult(f"stored result of {len(data)} bytes, over the {MAX_RESULT_BYTES}-byte limit")
+    value = _loads(data, "stored result")
+    if isinstance(value, dict) and set(value) == {"metadata", "result"}:  # a whole result record
+        if not isinstance(value["result"], str):
+            raise BadResult("result record without a JSON result")
+        value = _loads(value["result"].encode(), "result")
+    return value
 
 
 def _loads(data: bytes, what: str) -> Any:
