@@ -3,8 +3,8 @@
 `run_deployments` starts one flow run of `vibetraining-bench/bench` per bench, as a child of the
 sweep's flow run (the UI lists them under the sweep), and waits for all of them. It watches
 each running bench's worker through the server: a worker that stopped sending heartbeats for
-`LOST_AFTER` of its intervals (the rule Prefect's own foreman uses to mark a worker offline) has
-lost its machine, so its bench is marked Crashed. A crashed bench is started once more
+`LOST_AFTER` of its intervals (the rule Prefect's own foreman uses to mark a worker offline; at
+least `MIN_SILENCE_S`) has lost its machine, so its bench is marked Crashed. A crashed bench is started once more
 (`crash_retries`), on the pool's default queue, so a live worker takes it; it resumes from
 that machine's cached steps or recomputes them, and charges the same figures either way.
 
@@ -29,6 +29,7 @@ from vtb.result_check import MAX_RESULT_BYTES, BadResult, check_result, parse_re
 
 DEPLOYMENT = "vibetraining-bench/bench"
 LOST_AFTER = 3  # missed worker heartbeats before its machine counts as lost
+MIN_SILENCE_S = 20.0  # and never less silence than this: a busy worker's heartbeat can be seconds late
 WORKER_LABEL = "prefect.worker.name"  # the label a worker gives each flow run it starts
 
 
@@ -90,7 +91,7 @@ def _step(client, job: Job, lost: dict[str, str], deployment: str, crash_retries
     if state is not None and state.is_final():
         if state.is_crashed() and job.tries <= crash_retries:
             job.crashes.append(f"{worker or '?'}: {state.message or 'crashed'}"[:300])
-            print(f"[sweep] {job.run} crashed on {worker}; starting it again", flush=True)
+            print(f"[sweep] {job.run} crashed on {worker} ({state.message}); starting it again", flush=True)
             submit(job, deployment)
             return
         job.outcome = outcome_of(run, job, worker)
@@ -114,7 +115,7 @@ def lost_workers(client, flow_run_ids: set[str]) -> dict[str, str]:
             if w.last_heartbeat_time is None:
                 continue
             silent = (now - w.last_heartbeat_time).total_seconds()
-            if silent > LOST_AFTER * interval:
+            if silent > max(LOST_AFTER * interval, MIN_SILENCE_S):
                 out[w.name] = f"no heartbeat for {silent:.0f} s (interval {interval} s)"
     return out
 

@@ -54,6 +54,11 @@ hostroot() {
   echo "[images] vtb/hostroot:latest (this host's bash, git, patch, python3 + pytest)"
 }
 
+# What the checkout holds now: HEAD and a hash of its uncommitted changes (a stale image is rebuilt).
+source_id() {
+  echo "$(git rev-parse HEAD 2>/dev/null || echo none)-$( { git diff HEAD; git ls-files --others --exclude-standard; } 2>/dev/null | sha1sum | cut -c1-12)"
+}
+
 # The orchestrator image: the flow run of a `docker` work pool runs in it. The checkout, its .venv
 # and the base Python the venv points to sit at the paths they have on this host: a bench in it
 # starts its sandboxes (sandbox=docker) through the host's Docker socket, and the host's daemon
@@ -76,7 +81,8 @@ orchestrator() {
             --exclude="${base#/}/lib/python3*/site-packages" --exclude="${base#/}/lib/python3*/test")
   case "$base" in /usr|/usr/*) base="" ;; esac   # a system Python comes with /usr from the host
   tar -c "${ex[@]}" -C "$root" . -C / "${repo#/}" ${base:+"${base#/}"} |
-    "$DOCKER" import -c 'LABEL vtb.image=orchestrator' -c "ENV PATH=$repo/.venv/bin:/usr/local/bin:/usr/bin:/bin" \
+    "$DOCKER" import -c 'LABEL vtb.image=orchestrator' -c "LABEL vtb.source=$(source_id)" \
+      -c "ENV PATH=$repo/.venv/bin:/usr/local/bin:/usr/bin:/bin" \
       -c "ENV HOME=/tmp" -c "WORKDIR $repo" - vtb/orchestrator:latest >/dev/null
   rm -rf "$root"
   echo "[images] vtb/orchestrator:latest ($repo with .venv, Python from ${base:-/usr})"
@@ -119,5 +125,6 @@ case "$what" in
   stage) stage_sandbox_code ;;
   hostroot) hostroot ;;
   orchestrator) runtime; orchestrator ;;
-  *) echo "usage: $0 [runtime|base|full|hostroot|orchestrator|stage]" >&2; exit 2 ;;
+  source-id) source_id ;;
+  *) echo "usage: $0 [runtime|base|full|hostroot|orchestrator|stage|source-id]" >&2; exit 2 ;;
 esac

@@ -110,14 +110,14 @@ def cluster(tmp_path_factory):
             print(f"----- {proc.log.name} (last 3000 chars)\n{proc.text()[-3000:]}")
 
 
-def _sweep(cluster: Cluster, seeds: list[int], name: str, **kw):
+def _sweep(cluster: Cluster, seeds: list[int], name: str, extra: list[str] = (), **kw):
     from flows.sweep import SweepConfig, run_sweep
 
     cfg = SweepConfig(
         tasks=["math"],
         agents=["noop"],
         seeds=seeds,
-        overrides=TINY_OVERRIDES,
+        overrides=[*TINY_OVERRIDES, *extra],
         runs_dir=str(cluster.tmp / name / "runs"),
         cache_dir=str(cluster.tmp / name / "cache"),  # the sweep's: never the benches' (VTB_CACHE_DIR)
         dispatch="deployment",
@@ -312,3 +312,65 @@ def test_two_gpus_four_benches_never_more_than_one_bench_per_gpu(cluster, monkey
     assert seen and max(max(s) for s in seen) == 1  # never two benches on one GPU
     assert [1, 1] in seen  # both GPUs busy at once: the slots were used, not just respected
     assert sorted(g for _, g in held).count("0") + sorted(g for _, g in held).count("1") == 4
+
+
+def _orchestrator_image() -> None:
+    """vtb/orchestrator of this checkout as it is now, built (offline) unless it already is; a
+    missing engine skips the test, except in CI (VTB_REQUIRE_DOCKER=1), where it fails it."""
+    docker = subprocess.run(["docker", "info"], capture_output=True, text=True)
+    if docker.returncode != 0:
+        if os.environ.get("VTB_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"no Docker Engine: {docker.stderr[-500:]}")
+        pytest.skip("no Docker Engine (scripts/start_docker.sh)")
+    build = REPO / "scripts" / "build_images.sh"
+    want = subprocess.run([str(build), "source-id"], capture_output=True, text=True, cwd=REPO).stdout.strip()
+    have = subprocess.run(
+        ["docker", "image", "inspect", "-f", '{{ index .Config.Labels "vtb.source" }}', "vtb/orchestrator:latest"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    if have != want:
+        t0 = time.monotonic()
+        subprocess.run([str(build), "orchestrator"], check=True, cwd=REPO, timeout=900)
+        print(f"[test] built vtb/orchestrator in {time.monotonic() - t0:.0f} s")
+
+
+@pytest.mark.docker
+def test_a_bench_runs_on_the_docker_work_pool_in_the_orchestrator_image(cluster) -> None:
+    """The docker pool for real: a docker worker starts the bench's flow run as a container of
+    vtb/orchestrator, whose sandboxes (sandbox=docker) go through the host's Docker socket; the
+    result comes back through the result storage the container wrote to."""
+    _orchestrator_image()
+    data = cluster.tmp / "docker-machine"
+    env = {**cluster.env, "VTB_DOCKER_DATA": str(data), "VTB_RESULTS": str(data / "results")}
+    deploy = subprocess.run(
+        [str(REPO / "scripts" / "deploy.sh"), "--name", "bench-docker", "--docker"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert deploy.returncode == 0, deploy.stdout[-3000:] + deploy.stderr[-3000:]
+    worker = Proc(
+        [str(PREFECT), "worker", "start", "--pool", "vtb-docker", "--type", "docker", "--name", "docker-a"],
+        cluster.tmp / "docker-a.log",
+        {**env, "PREFECT_WORKER_QUERY_SECONDS": "1"},
+    )
+    cluster.procs.append(worker)
+    _wait_for(worker, "started!", timeout=120)
+    t0 = time.monotonic()
+    cluster.storage = data / "results"  # the sweep reads the storage this machine writes to
+    cfg, out = _sweep(
+        cluster, [0], "sweep-docker", deployment="vibetraining-bench/bench-docker", extra=["sandbox=docker"]
+    )
+    print(f"[test] one bench on the docker pool: {time.monotonic() - t0:.0f} s")
+    [b] = out["benches"]
+    assert b["state"] == "completed", (b, worker.text()[-3000:])
+    assert b["worker"] == "docker-a"
+    host, path = b["location"].split(":", 1)
+    assert Path(path) == data / "runs" / b["run"] and (Path(path) / "result.json").is_file()
+    copy = json.loads((Path(cfg.runs_dir) / b["run"] / "result.json").read_text())
+    assert copy["location"]["path"] == path
+    config = json.loads((Path(path) / "config.json").read_text())
+    assert config["sandbox"]["backend"] == "docker"
