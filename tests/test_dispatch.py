@@ -161,12 +161,18 @@ def test_a_sweep_runs_its_benches_on_two_machines_and_gathers_results_from_stora
 
 def _flow_run_of(cluster: Cluster, run_name: str):
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName, FlowRunFilterStateName
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterName,
+        FlowRunFilterState,
+        FlowRunFilterStateName,
+    )
 
     with cluster.settings(), get_client(sync_client=True) as client:
         runs = client.read_flow_runs(
             flow_run_filter=FlowRunFilter(
-                name=FlowRunFilterName(any_=[run_name]), state=FlowRunFilterStateName(any_=["Completed"])
+                name=FlowRunFilterName(any_=[run_name]),
+                state=FlowRunFilterState(name=FlowRunFilterStateName(any_=["Completed"])),
             )
         )
         return runs[0]
@@ -325,7 +331,14 @@ def _orchestrator_image() -> None:
     build = REPO / "scripts" / "build_images.sh"
     want = subprocess.run([str(build), "source-id"], capture_output=True, text=True, cwd=REPO).stdout.strip()
     have = subprocess.run(
-        ["docker", "image", "inspect", "-f", '{{ index .Config.Labels "vtb.source" }}', "vtb/orchestrator:latest"],
+        [
+            "docker",
+            "image",
+            "inspect",
+            "-f",
+            '{{ index .Config.Labels "vtb.source" }}',
+            "vtb/orchestrator:latest",
+        ],
         capture_output=True,
         text=True,
     ).stdout.strip()
