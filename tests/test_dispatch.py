@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import needs_bwrap
-from tests.test_deploy import PREFECT, REPO, TINY_OVERRIDES, Proc, _free_port, _wait_for
+from tests.test_deploy import PREFECT, REPO, TINY_OVERRIDES, Proc, _descendants, _free_port, _wait_for
 
 pytestmark = [pytest.mark.slow, needs_bwrap()]
 POOL = "vtb-local"
@@ -244,6 +245,17 @@ def test_a_tampered_or_malformed_result_in_storage_is_a_failed_row(cluster) -> N
     assert row()["state"] == "completed"
 
 
+def _power_off(proc: Proc) -> None:
+    """The machine dies: SIGKILL to its worker and every process below it (the bench's flow run
+    and its sandboxes), so nothing reports anything to the server."""
+    for pid in [proc.proc.pid, *_descendants(proc.proc.pid)]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.proc.wait(timeout=30)
+
+
 def test_a_bench_whose_worker_dies_is_retried_on_the_other_one_with_the_same_figures(cluster) -> None:
     assert cluster.first, "needs the first sweep"
     seed = 3
@@ -256,7 +268,7 @@ def test_a_bench_whose_worker_dies_is_retried_on_the_other_one_with_the_same_fig
         while not record.exists() and time.monotonic() < deadline:
             time.sleep(0.2)
         time.sleep(2)  # the bench is under way on the victim
-        cluster.workers[victim].stop()  # the machine dies: its worker and the bench's process
+        _power_off(cluster.workers[victim])
 
     killer = threading.Thread(target=kill_mid_bench, daemon=True)
     killer.start()
