@@ -52,7 +52,7 @@ if [ "$DOCKER" = 1 ]; then
   else
     $PREFECT work-pool create vtb-docker --type docker
   fi
-  NAMES+=(--name bench-docker)
+  [ "$NAME" = bench-docker ] || NAMES+=(--name bench-docker)
   mkdir -p "$VTB_DOCKER_DATA"
 fi
 $PREFECT --no-prompt deploy "${NAMES[@]}"
