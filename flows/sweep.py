@@ -168,22 +168,15 @@ def deployed_benches(cfg: SweepConfig) -> list[dict]:
 
     jobs = []
     for overrides, bench in zip(bench_overrides(cfg), bench_configs(cfg), strict=True):
+        # no preflight here: GPUs, CLIs and endpoints are the worker's, which checks them first
         run = bench.run_id or default_run_id(bench)
-        try:
-            preflight(bench)  # a misconfigured agent or GPU preset fails here, before any work
-        except ValueError as e:
-            jobs.append(
-                Job(run, overrides, {}, [], outcome={"run": run, "state": "failed", "error": f"config: {e}"})
-            )
-            continue
         expected = {"run_id": run, "task": bench.task.name, "agent": bench.agent.name, "seed": bench.seed}
         tags = [*bench_tags(bench), f"sweep:{flow_run.name}"]
         jobs.append(Job(run, overrides, expected, tags, work_queue=cfg.work_queue))
-    todo = [j for j in jobs if j.outcome is None]
-    run_deployments(todo, cfg.deployment, cfg.poll_seconds, cfg.crash_retries)
+    run_deployments(jobs, cfg.deployment, cfg.poll_seconds, cfg.crash_retries)
     runs_dir = Path(cfg.runs_dir).resolve()
     runs_dir.mkdir(parents=True, exist_ok=True)
-    for job in todo:
+    for job in jobs:
         result = job.outcome.pop("result", None)
         if result is not None:  # its run id is a checked plain name: one folder below runs_dir
             safefs.write_in(runs_dir, f"{job.run}/result.json", json.dumps(result, indent=2).encode())
