@@ -35,7 +35,7 @@ from prefect.artifacts import create_markdown_artifact
 
 from flows.bench import bench_flow
 from flows.dispatch import DEPLOYMENT, Job, run_deployments
-from flows.gpu import gpu_slot
+from flows.gpu import ensure_limits, gpu_slot
 from flows.watch import bench_tags
 from vtb import leaderboard, safefs
 from vtb.bench import default_run_id, preflight
@@ -147,6 +147,8 @@ def run_benches(
     benches off one GPU, also against another sweep on this machine.
     """
     workers = parallelism(max_parallel, gpus)
+    if gpus:
+        ensure_limits([str(g) for g in gpus])  # once, before the threads race to create them
 
     def on_slot(cfg: BenchConfig) -> dict:
         if not gpus:

@@ -18,8 +18,9 @@ from vtb.bench import default_run_id
 class FakeBench:
     """Records which GPU each bench got and which slots were held at the same time."""
 
-    def __init__(self, seconds: float = 0.2):
+    def __init__(self, seconds: float = 0.2, fill: int = 0):
         self.seconds = seconds
+        self.fill = fill  # the first benches wait (10 s at most) until this many run at once
         self.lock = threading.Lock()
         self.running: dict[str, str] = {}  # run id -> slot
         self.seen: list[tuple[str, str | None]] = []
@@ -34,6 +35,9 @@ class FakeBench:
             self.running[run] = gpu
             self.seen.append((run, gpu))
             self.max_running = max(self.max_running, len(self.running))
+        deadline = time.monotonic() + 10
+        while self.max_running < self.fill and time.monotonic() < deadline:
+            time.sleep(0.01)
         time.sleep(self.seconds)
         with self.lock:
             del self.running[run]
@@ -85,7 +89,7 @@ def fast_slots(prefect_server, monkeypatch):
     ("max_parallel", "gpus"), [(4, ["0", "1"]), (2, ["0", "1", "2"]), (3, ["0,1", "2,3", "4"])]
 )
 def test_each_bench_holds_its_own_gpu_slot(configs, max_parallel, gpus, fast_slots) -> None:
-    fake = FakeBench(seconds=0.6)  # long enough for every slot to be taken over HTTP at once
+    fake = FakeBench(fill=parallelism(max_parallel, gpus))  # the slots are all taken at once, then freed
     outcomes = run_benches(configs, fake, max_parallel=max_parallel, gpus=gpus)
     assert fake.clashes == []
     assert fake.max_running == parallelism(max_parallel, gpus)  # the slots are used, never exceeded
