@@ -6,10 +6,18 @@ Launch:  python -m flows.bench                      (task=math agent=greedy mode
 `main` converts the config once into typed dataclasses and runs the bench; the loop itself is
 plain Python in vtb/bench.py, its steps the Prefect tasks of steps/ (cached, retried). It
 returns the submission's test score, so a Hydra sweeper can drive it.
+
+`bench_deployment` is the same bench as the entry point of the deployment
+`vibetraining-bench/bench` (prefect.yaml): a sweep with `dispatch=deployment` starts one flow run
+of it per bench, and a worker on any machine runs it with that machine's runs dir, cache and
+GPUs (`job_config`). Its result.json content is the flow run's persisted result (JSON, in
+Prefect result storage), which is how the sweep gets it back without a shared file system.
 """
 
 from __future__ import annotations
 
+import os
+from dataclasses import replace
 from pathlib import Path
 
 import hydra
@@ -17,11 +25,12 @@ from omegaconf import DictConfig
 from prefect import flow, tags
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+from flows.gpu import gpu_slot, machine, worker_gpus
 from flows.watch import artifact_key, bench_tags, iteration_rows, send_progress_to_prefect, ui_watch
 from steps import prefect_steps
 from vtb import record
 from vtb.bench import Bench, default_run_id, preflight
-from vtb.compose import to_config
+from vtb.compose import compose_config, to_config
 from vtb.config import CONF_DIR, BenchConfig
 
 
@@ -35,12 +44,62 @@ def run_bench(cfg: BenchConfig) -> dict:
 
 @flow(name="vibetraining-bench", validate_parameters=False)
 def bench_flow(cfg: BenchConfig) -> dict:
+    return _bench(cfg)
+
+
+def _bench(cfg: BenchConfig) -> dict:
+    """The body of a bench flow run (inline or deployed): the bench, then its UI artifacts."""
     send_progress_to_prefect()  # the bench's lines also in this run's Logs tab
     run_id = cfg.run_id or default_run_id(cfg)
     bench = Bench(cfg, prefect_steps(cfg.paths()[1]), watch=ui_watch(run_id, cfg))
     result = bench.run()
     publish_artifacts(bench.run_id, Path(result["record"]), [c.to_json() for c in bench.history])
     return result
+
+
+def job_config(overrides: list[str] | None = None, config: dict | None = None) -> BenchConfig:
+    """A deployed bench's config: Hydra overrides (or a typed config as JSON) read on this worker.
+
+    The machine decides where its records and cache live: VTB_RUNS_DIR and VTB_CACHE_DIR, where
+    set, replace the config's runs_dir and cache_dir. The run id is pinned from the config before
+    that, so it is the one the sweep computed, whichever machine runs the bench.
+    """
+    if (overrides is None) == (config is None):
+        raise ValueError("give a bench deployment either `overrides` or `config`, not both or neither")
+    cfg = compose_config(list(overrides)) if config is None else to_config(config)
+    cfg = replace(cfg, run_id=cfg.run_id or default_run_id(cfg))
+    return replace(
+        cfg,
+        runs_dir=os.environ.get("VTB_RUNS_DIR") or cfg.runs_dir,
+        cache_dir=os.environ.get("VTB_CACHE_DIR") or cfg.cache_dir,
+    )
+
+
+@flow(
+    name="vibetraining-bench",
+    validate_parameters=False,
+    persist_result=True,
+    result_serializer="json",  # read back as plain JSON by the sweep (vtb/result_check.py), never unpickled
+)
+def bench_deployment(overrides: list[str] | None = None, config: dict | None = None) -> dict:
+    """One bench as a deployment's flow run; returns result.json's content and where its record is.
+
+    On a worker with GPUs (VTB_GPUS or CUDA_VISIBLE_DEVICES) the bench holds the Prefect slot of
+    one of them while it runs and gets it as `sandbox.gpus` (flows/gpu.py): one bench per GPU
+    however many workers share the machine. `location` (host and record path) says where the
+    run record lives: the result travels, the record stays on the machine that made it.
+    """
+    cfg = job_config(overrides, config)
+    gpus = worker_gpus()
+    if not gpus:
+        return _located(cfg)
+    with gpu_slot(gpus) as gpu:
+        return _located(replace(cfg, sandbox=replace(cfg.sandbox, gpus=gpu)))
+
+
+def _located(cfg: BenchConfig) -> dict:
+    preflight(cfg)
+    return {**_bench(cfg), "location": {"host": machine(), "path": str(cfg.paths()[0] / cfg.run_id)}}
 
 
 def publish_artifacts(run_id: str, run_dir: Path, history: list[dict]) -> None:

@@ -5,15 +5,24 @@ Launch:  python -m flows.sweep                                 (conf/sweep.yaml:
          python -m flows.sweep 'gpus=[0,1,2,3]' max_parallel=4      (one bench per GPU, 4 at once)
 A bench that fails is recorded and the sweep goes on; the leaderboard (leaderboard.md, .csv,
 .png under runs_dir) covers the benches that finished, and is published as a Prefect artifact.
-`max_parallel` benches run at once; with `gpus` each running bench holds one GPU slot (see
-`run_benches`). `nightly_sweep` is the same sweep with plain JSON parameters: the entry point of
-the Prefect deployment in prefect.yaml (scripts/deploy.sh).
+`nightly_sweep` is the same sweep with plain JSON parameters: the entry point of the Prefect
+deployment in prefect.yaml (scripts/deploy.sh).
+
+Two ways to run the benches (`dispatch`):
+- `deployment` (the default when PREFECT_API_URL names a server): each bench is a flow run of
+  the deployment `vibetraining-bench/bench`, a child of this sweep's flow run, run by any worker
+  of its work pool on any machine (flows/dispatch.py); results come back through Prefect result
+  storage and are checked, and the sweep's runs_dir gets a copy of each result.json for the
+  leaderboard. GPUs are the workers' (flows/gpu.py); `max_parallel` and `gpus` do not apply.
+- `inline` (a laptop): benches are subflows in this process, `max_parallel` at once; with
+  `gpus` each running bench holds the Prefect concurrency slot of one GPU (`run_benches`).
 """
 
 from __future__ import annotations
 
 import contextvars
-import queue
+import json
+import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -25,8 +34,10 @@ from prefect import flow, tags
 from prefect.artifacts import create_markdown_artifact
 
 from flows.bench import bench_flow
+from flows.dispatch import DEPLOYMENT, Job, run_deployments
+from flows.gpu import ensure_limits, gpu_slot
 from flows.watch import bench_tags
-from vtb import leaderboard
+from vtb import leaderboard, safefs
 from vtb.bench import default_run_id, preflight
 from vtb.compose import compose_config
 from vtb.config import CONF_DIR, BenchConfig
@@ -44,12 +55,27 @@ class SweepConfig:
     max_parallel: int = 1  # benches at once
     gpus: list[str] = field(default_factory=list)  # GPU slots, one per running bench (sandbox.gpus=<id>)
     exclude_flagged: bool = False  # leave runs flagged (contamination, null model) out of the leaderboard
+    dispatch: str = "auto"  # deployment | inline | auto (deployment when PREFECT_API_URL is set)
+    deployment: str = DEPLOYMENT  # the bench deployment that dispatch=deployment starts
+    work_queue: str | None = None  # first tries go to this queue of its pool (default: the deployment's)
+    crash_retries: int = 1  # a bench whose flow run crashed (its worker died) is started again this often
+    poll_seconds: float = 5.0  # dispatch=deployment: between looks at the benches' flow runs
 
 
-def bench_configs(cfg: SweepConfig) -> list[BenchConfig]:
-    """One typed bench config per (task, agent, seed), composed from conf/ like `python -m flows.bench`."""
+def dispatch_mode(cfg: SweepConfig) -> str:
+    """`inline` or `deployment`; `auto` is deployment when PREFECT_API_URL names a server."""
+    mode = cfg.dispatch
+    if mode == "auto":
+        mode = "deployment" if os.environ.get("PREFECT_API_URL") else "inline"
+    if mode not in ("inline", "deployment"):
+        raise ValueError(f"sweep.dispatch={cfg.dispatch!r}: use inline, deployment or auto")
+    return mode
+
+
+def bench_overrides(cfg: SweepConfig) -> list[list[str]]:
+    """The Hydra overrides of each bench, per (task, agent, seed): `python -m flows.bench <these>`."""
     runs, cache = str(Path(cfg.runs_dir).resolve()), str(Path(cfg.cache_dir).resolve())
-    jobs = [
+    return [
         [
             f"task={task}",
             f"agent={agent}",
@@ -62,7 +88,11 @@ def bench_configs(cfg: SweepConfig) -> list[BenchConfig]:
         for agent in cfg.agents
         for seed in cfg.seeds
     ]
-    return [compose_config(o) for o in jobs]
+
+
+def bench_configs(cfg: SweepConfig) -> list[BenchConfig]:
+    """One typed bench config per (task, agent, seed), composed from conf/ like `python -m flows.bench`."""
+    return [compose_config(o) for o in bench_overrides(cfg)]
 
 
 def _one(cfg: BenchConfig) -> dict:
@@ -111,23 +141,20 @@ def run_benches(
 ) -> list[dict]:
     """`run_one` over `configs`, `parallelism(max_parallel, gpus)` at a time, outcomes in order.
 
-    With `gpus`, the slots (GPU ids such as "0", or "0,1" for a bench with two GPUs) form a pool:
-    a bench takes one before it starts, runs with `sandbox.gpus=<slot>`, and gives it back when
-    it ends, failed or not; no two running benches share a slot.
+    With `gpus` (GPU ids such as "0", or "0,1" for a bench with two GPUs) a bench holds the
+    Prefect concurrency slot of one of them while it runs (flows/gpu.py, the mechanism deployed
+    benches use too) and runs with `sandbox.gpus=<it>`: the server, not this process, keeps two
+    benches off one GPU, also against another sweep on this machine.
     """
     workers = parallelism(max_parallel, gpus)
-    slots: queue.Queue[str] = queue.Queue()
-    for gpu in gpus:
-        slots.put(str(gpu))
+    if gpus:
+        ensure_limits([str(g) for g in gpus])  # once, before the threads race to create them
 
     def on_slot(cfg: BenchConfig) -> dict:
         if not gpus:
             return run_one(cfg)
-        gpu = slots.get()
-        try:
+        with gpu_slot([str(g) for g in gpus]) as gpu:
             return {**run_one(with_gpu(cfg, gpu)), "gpu": gpu}
-        finally:
-            slots.put(gpu)
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         # each job in a copy of this thread's context: Prefect's flow run context comes along, so
@@ -136,17 +163,45 @@ def run_benches(
         return [f.result() for f in futures]
 
 
+def deployed_benches(cfg: SweepConfig) -> list[dict]:
+    """Every bench as a flow run of the bench deployment (flows/dispatch.py); completed benches'
+    checked results are copied to runs_dir/<run id>/result.json for the leaderboard."""
+    from prefect.runtime import flow_run
+
+    jobs = []
+    for overrides, bench in zip(bench_overrides(cfg), bench_configs(cfg), strict=True):
+        # no preflight here: GPUs, CLIs and endpoints are the worker's, which checks them first
+        run = bench.run_id or default_run_id(bench)
+        expected = {"run_id": run, "task": bench.task.name, "agent": bench.agent.name, "seed": bench.seed}
+        tags = [*bench_tags(bench), f"sweep:{flow_run.name}"]
+        jobs.append(Job(run, overrides, expected, tags, work_queue=cfg.work_queue))
+    run_deployments(jobs, cfg.deployment, cfg.poll_seconds, cfg.crash_retries)
+    runs_dir = Path(cfg.runs_dir).resolve()
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    for job in jobs:
+        result = job.outcome.pop("result", None)
+        if result is not None:  # its run id is a checked plain name: one folder below runs_dir
+            safefs.write_in(runs_dir, f"{job.run}/result.json", json.dumps(result, indent=2).encode())
+    return [j.outcome for j in jobs]
+
+
 def _sweep(cfg: SweepConfig) -> dict:
     """The sweep's body, shared by `sweep_flow` and `nightly_sweep`."""
-    configs = bench_configs(cfg)
-    n = parallelism(cfg.max_parallel, cfg.gpus)
-    slots = f" on GPU slots {cfg.gpus}" if cfg.gpus else ""
-    print(f"[sweep] {len(configs)} benches, {n} at a time{slots}", flush=True)
-    outcomes = run_benches(configs, _one, cfg.max_parallel, cfg.gpus)
+    if dispatch_mode(cfg) == "deployment":
+        n = len(cfg.tasks) * len(cfg.agents) * len(cfg.seeds)
+        print(f"[sweep] {n} benches as flow runs of {cfg.deployment}, on its pool's workers", flush=True)
+        outcomes = deployed_benches(cfg)
+    else:
+        configs = bench_configs(cfg)
+        n = parallelism(cfg.max_parallel, cfg.gpus)
+        slots = f" on GPU slots {cfg.gpus}" if cfg.gpus else ""
+        print(f"[sweep] {len(configs)} benches in this process, {n} at a time{slots}", flush=True)
+        outcomes = run_benches(configs, _one, cfg.max_parallel, cfg.gpus)
     for o in outcomes:
         gpu = f" [gpu {o['gpu']}]" if "gpu" in o else ""
+        where = f" [{o['location']}]" if "location" in o else ""
         error = f" ({o['error']})" if "error" in o else ""
-        print(f"[sweep] {o['run']}{gpu}: {o['state']}{error}", flush=True)
+        print(f"[sweep] {o['run']}{gpu}{where}: {o['state']}{error}", flush=True)
     runs_dir = Path(cfg.runs_dir).resolve()
     table, agg = leaderboard.write(runs_dir, exclude_flagged=cfg.exclude_flagged)
     markdown = (runs_dir / "leaderboard.md").read_text()
@@ -192,11 +247,16 @@ def nightly_sweep(
     gpus: Sequence[str] = (),
     date_subdir: bool = True,
     exclude_flagged: bool = False,
+    dispatch: str = "auto",
+    deployment: str = DEPLOYMENT,
+    crash_retries: int = 1,
 ) -> dict:
     """The sweep with JSON parameters, for the Prefect deployment (prefect.yaml).
 
     Relative paths are taken from the working directory (the repo, set by the deployment's pull
-    step). With `date_subdir` the benches and the leaderboard go to `runs_dir/<YYYY-MM-DD>`
+    step). `dispatch` (default: deployment, as a worker gives its flow runs PREFECT_API_URL)
+    starts each bench as a flow run of the bench deployment; inline runs them in this flow run's
+    process. With `date_subdir` the benches and the leaderboard go to `runs_dir/<YYYY-MM-DD>`
     (the scheduled date, UTC): each night gets its own leaderboard, a rerun on the same date
     resumes into the same records. `cache_dir` is shared, so unchanged steps come from cache.
     """
@@ -210,6 +270,9 @@ def nightly_sweep(
         max_parallel=max_parallel,
         gpus=[str(g) for g in gpus],
         exclude_flagged=exclude_flagged,
+        dispatch=dispatch,
+        deployment=deployment,
+        crash_retries=crash_retries,
     )
     return _sweep(cfg)
 

@@ -11,6 +11,11 @@
 #   scripts/build_images.sh hostroot vtb/hostroot: a self-contained root (bash, coreutils, git, patch,
 #                                    Python 3 + pytest) copied from this host (scripts/hostroot.py);
 #                                    the offline stand-in for public base images. Seconds.
+#   scripts/build_images.sh orchestrator
+#                                    vtb/orchestrator: this checkout with its .venv and the Python
+#                                    it points to, at the paths they have here, for the `docker`
+#                                    work pool (prefect.yaml, bench-docker). System dirs (/usr) come
+#                                    from the Docker host read-only, as for vtb/runtime. Offline.
 #   scripts/build_images.sh stage    only .sandbox-code/vtb (the sandbox layout the images copy), for
 #                                    a manual `docker build -f containers/<image>.Dockerfile .`
 # Needs a running Docker Engine (`dockerd --iptables=false --bridge=none &` as root works here).
@@ -49,6 +54,40 @@ hostroot() {
   echo "[images] vtb/hostroot:latest (this host's bash, git, patch, python3 + pytest)"
 }
 
+# What the checkout holds now: HEAD and a hash of its uncommitted changes (a stale image is rebuilt).
+source_id() {
+  echo "$(git rev-parse HEAD 2>/dev/null || echo none)-$( { git diff HEAD; git ls-files --others --exclude-standard; } 2>/dev/null | sha1sum | cut -c1-12)"
+}
+
+# The orchestrator image: the flow run of a `docker` work pool runs in it. The checkout, its .venv
+# and the base Python the venv points to sit at the paths they have on this host: a bench in it
+# starts its sandboxes (sandbox=docker) through the host's Docker socket, and the host's daemon
+# resolves their mounts (the vtb code, the Python runtime, temp dirs) on the host, so the paths
+# must mean the same in both. /usr and the other system dirs are mount points, bound read-only
+# from the host by the pool's job (prefect.yaml: bench-docker), exactly like vtb/runtime.
+orchestrator() {
+  local root repo base
+  root=$(mktemp -d)
+  repo=$(pwd)
+  base=$(.venv/bin/python -c 'import sys; print(sys.base_prefix)')
+  mkdir -p "$root"/{proc,dev,sys,tmp,run,usr,var/run,etc}
+  for d in bin sbin lib lib32 lib64; do
+    if [ -L "/$d" ]; then ln -s "$(readlink "/$d")" "$root/$d"; fi
+  done
+  printf 'root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n' >"$root/etc/passwd"
+  printf 'root:x:0:\nnogroup:x:65534:\n' >"$root/etc/group"
+  local ex=(--exclude="${repo#/}/.git" --exclude="${repo#/}/.cache" --exclude="${repo#/}/runs"
+            --exclude="${repo#/}/.sandbox-code" --exclude="${repo#/}/.wheels" --exclude='__pycache__'
+            --exclude="${base#/}/lib/python3*/site-packages" --exclude="${base#/}/lib/python3*/test")
+  case "$base" in /usr|/usr/*) base="" ;; esac   # a system Python comes with /usr from the host
+  tar -c "${ex[@]}" -C "$root" . -C / "${repo#/}" ${base:+"${base#/}"} |
+    "$DOCKER" import -c 'LABEL vtb.image=orchestrator' -c "LABEL vtb.source=$(source_id)" \
+      -c "ENV PATH=$repo/.venv/bin:/usr/local/bin:/usr/bin:/bin" \
+      -c "ENV HOME=/tmp" -c "WORKDIR $repo" - vtb/orchestrator:latest >/dev/null
+  rm -rf "$root"
+  echo "[images] vtb/orchestrator:latest ($repo with .venv, Python from ${base:-/usr})"
+}
+
 # The sandbox layout of the vtb package (vtb.sandbox.runtime.SANDBOX_CODE, the one list of what
 # any sandbox may see) copied to .sandbox-code/vtb: the images get that and nothing else of the
 # project (no generators, graders, loaders, environments, configs, flows or steps).
@@ -85,5 +124,7 @@ case "$what" in
   full) runtime; full ;;
   stage) stage_sandbox_code ;;
   hostroot) hostroot ;;
-  *) echo "usage: $0 [runtime|base|full|hostroot|stage]" >&2; exit 2 ;;
+  orchestrator) runtime; orchestrator ;;
+  source-id) source_id ;;
+  *) echo "usage: $0 [runtime|base|full|hostroot|orchestrator|stage|source-id]" >&2; exit 2 ;;
 esac

@@ -1,28 +1,35 @@
 #!/usr/bin/env bash
-# Deploys prefect.yaml (the nightly sweep) to the Prefect server at PREFECT_API_URL: creates the
-# `vtb-local` process work pool if missing, then `prefect --no-prompt deploy`. Offline: the flow
-# runs start in this checkout (VTB_REPO, exported here, is the pull step's directory).
+# Deploys prefect.yaml (the nightly sweep and the bench) to the Prefect server at PREFECT_API_URL:
+# creates the `vtb-local` process work pool if missing, then `prefect --no-prompt deploy`. Offline:
+# the flow runs start in this checkout (VTB_REPO, exported here, is the pull step's directory).
 #
-# Usage: scripts/deploy.sh [--name nightly-sweep] [--worker]
-#   --name N   deploy only deployment N (default: all in prefect.yaml)
-#   --worker   then start a worker for the pool here, in the foreground (Ctrl-C stops it)
+# Usage: scripts/deploy.sh [--name nightly-sweep] [--docker] [--worker]
+#   --name N   deploy only deployment N (default: nightly-sweep and bench, the vtb-local ones)
+#   --docker   also create the `vtb-docker` pool (needs prefect-docker) and deploy bench-docker;
+#              its data folder is VTB_DOCKER_DATA (default /srv/vtb), its result storage
+#              VTB_RESULTS (default $VTB_DOCKER_DATA/results)
+#   --worker   then start a worker for the vtb-local pool here, in the foreground (Ctrl-C stops it)
 # PREFECT_API_URL defaults to http://127.0.0.1:4200/api (scripts/prefect_server.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 POOL=vtb-local   # prefect.yaml's work_pool.name
 NAME=""
 WORKER=0
+DOCKER=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --name) NAME=$2; shift 2 ;;
     --worker) WORKER=1; shift ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    --docker) DOCKER=1; shift ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 
-export VTB_REPO
+export VTB_REPO VTB_DOCKER_DATA VTB_RESULTS
 VTB_REPO=$(pwd)
+VTB_DOCKER_DATA=${VTB_DOCKER_DATA:-/srv/vtb}
+VTB_RESULTS=${VTB_RESULTS:-$VTB_DOCKER_DATA/results}
 export PREFECT_API_URL=${PREFECT_API_URL:-http://127.0.0.1:4200/api}
 export PREFECT_SERVER_ANALYTICS_ENABLED=false DO_NOT_TRACK=1
 PREFECT=.venv/bin/prefect
@@ -37,11 +44,18 @@ if $PREFECT work-pool inspect "$POOL" >/dev/null 2>&1; then
 else
   $PREFECT work-pool create "$POOL" --type process
 fi
-if [ -n "$NAME" ]; then
-  $PREFECT --no-prompt deploy --name "$NAME"
-else
-  $PREFECT --no-prompt deploy --all
+NAMES=(--name nightly-sweep --name bench)
+[ -n "$NAME" ] && NAMES=(--name "$NAME")
+if [ "$DOCKER" = 1 ]; then
+  if $PREFECT work-pool inspect vtb-docker >/dev/null 2>&1; then
+    echo "[deploy] work pool vtb-docker exists"
+  else
+    $PREFECT work-pool create vtb-docker --type docker
+  fi
+  [ "$NAME" = bench-docker ] || NAMES+=(--name bench-docker)
+  mkdir -p "$VTB_DOCKER_DATA"
 fi
+$PREFECT --no-prompt deploy "${NAMES[@]}"
 
 echo "[deploy] deployed from prefect.yaml to $PREFECT_API_URL (flow runs start in $VTB_REPO)"
 echo "[deploy] a worker runs them:  PREFECT_API_URL=$PREFECT_API_URL $PREFECT worker start --pool $POOL"

@@ -30,6 +30,10 @@ def step(name: str, retries: int = 0):
         name=name,
         cache_key_fn=_key,
         persist_result=True,
+        # pinned, not inherited from the flow: the deployed bench's flow result is JSON (read back
+        # by the sweep), but these records stay in the machine's own cache, and typed results such
+        # as PlayResult do not survive Prefect's JSON serializer (a cache that never hits)
+        result_serializer="pickle",
         retries=retries,
         retry_delay_seconds=2,
         retry_condition_fn=_transient if retries else None,

@@ -23,6 +23,7 @@ def test_sweep_runs_benches_survives_a_failure_and_writes_the_leaderboard(tmp_pa
         overrides=SMALL_OVERRIDES,
         runs_dir=str(tmp_path / "runs"),
         cache_dir=str(tmp_path / "cache"),
+        dispatch="inline",  # benches as subflows here (tests/test_dispatch.py: as deployment runs)
     )
     out = run_sweep(cfg)
     states = sorted((b["run"].split("-")[1], b["state"]) for b in out["benches"])

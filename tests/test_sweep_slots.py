@@ -1,4 +1,7 @@
-"""GPU slots of the sweep scheduler, on the CPU: a fake bench function stands in for the bench flow."""
+"""GPU slots of the inline sweep, on the CPU: a fake bench function stands in for the bench flow.
+
+The slots are Prefect global concurrency limits (flows/gpu.py), so these tests need the test
+server (`prefect_server`); the fake bench's own counters check that no two held one GPU."""
 
 from __future__ import annotations
 
@@ -15,8 +18,9 @@ from vtb.bench import default_run_id
 class FakeBench:
     """Records which GPU each bench got and which slots were held at the same time."""
 
-    def __init__(self, seconds: float = 0.2):
+    def __init__(self, seconds: float = 0.2, fill: int = 0):
         self.seconds = seconds
+        self.fill = fill  # the first benches wait (10 s at most) until this many run at once
         self.lock = threading.Lock()
         self.running: dict[str, str] = {}  # run id -> slot
         self.seen: list[tuple[str, str | None]] = []
@@ -31,6 +35,9 @@ class FakeBench:
             self.running[run] = gpu
             self.seen.append((run, gpu))
             self.max_running = max(self.max_running, len(self.running))
+        deadline = time.monotonic() + 10
+        while self.max_running < self.fill and time.monotonic() < deadline:
+            time.sleep(0.01)
         time.sleep(self.seconds)
         with self.lock:
             del self.running[run]
@@ -39,17 +46,20 @@ class FakeBench:
         return {"run": run, "state": "completed"}
 
 
-@pytest.fixture(scope="module")
-def configs(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("slots")
+def configs_for(tmp, seeds=(0, 1, 2, 4, 5), agents=("noop", "greedy")) -> list:
     sweep = SweepConfig(
         tasks=["math"],
-        agents=["noop", "greedy"],
-        seeds=[0, 1, 2, 4, 5],
+        agents=list(agents),
+        seeds=list(seeds),
         runs_dir=str(tmp / "runs"),
         cache_dir=str(tmp / "cache"),
     )
     return bench_configs(sweep)
+
+
+@pytest.fixture(scope="module")
+def configs(tmp_path_factory):
+    return configs_for(tmp_path_factory.mktemp("slots"))
 
 
 @pytest.mark.parametrize(
@@ -67,11 +77,19 @@ def test_parallelism_is_bounded_by_the_gpu_slots(max_parallel, gpus, expected) -
     assert parallelism(max_parallel, gpus) == expected
 
 
+@pytest.fixture
+def fast_slots(prefect_server, monkeypatch):
+    """The test server's GPU slots, tried every 20 ms while busy (2 s in a real sweep)."""
+    from flows import gpu
+
+    monkeypatch.setattr(gpu, "POLL_SECONDS", 0.02)
+
+
 @pytest.mark.parametrize(
     ("max_parallel", "gpus"), [(4, ["0", "1"]), (2, ["0", "1", "2"]), (3, ["0,1", "2,3", "4"])]
 )
-def test_each_bench_holds_its_own_gpu_slot(configs, max_parallel, gpus) -> None:
-    fake = FakeBench()
+def test_each_bench_holds_its_own_gpu_slot(configs, max_parallel, gpus, fast_slots) -> None:
+    fake = FakeBench(fill=parallelism(max_parallel, gpus))  # the slots are all taken at once, then freed
     outcomes = run_benches(configs, fake, max_parallel=max_parallel, gpus=gpus)
     assert fake.clashes == []
     assert fake.max_running == parallelism(max_parallel, gpus)  # the slots are used, never exceeded
@@ -81,7 +99,7 @@ def test_each_bench_holds_its_own_gpu_slot(configs, max_parallel, gpus) -> None:
     assert all(c.sandbox.gpus is None and c.run_id is None for c in configs)  # the inputs are untouched
 
 
-def test_a_failing_bench_gives_its_slot_back(configs) -> None:
+def test_a_failing_bench_gives_its_slot_back(configs, fast_slots) -> None:
     fake = FakeBench(seconds=0.01)
     crashing = [replace(c, seed=3) for c in configs[:2]]
     with pytest.raises(RuntimeError, match="bench crashed"):
