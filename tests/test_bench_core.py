@@ -363,3 +363,76 @@ def test_a_flagged_submission_is_scored_and_marked_and_a_regrade_is_compared(tmp
     determinism = result["grading_determinism"]
     assert not determinism["identical"] and determinism["differing_items"] == ["test-0"]
     assert result["submitted"]["item_rewards"].keys() == {"test-0", "test-1"}
+
+
+def _edit_turn(plan: list[dict]):
+    """A fake turn that edits the parts its plan step names: {"data": text, "trainer": text, "score": s}."""
+
+    def turn(key, feedback, before, store, workspace, **_) -> TurnOutcome:
+        store, ws = Path(store), Path(workspace)
+        step = plan[feedback["iteration"] - 1]
+        restore(store, before, ws)
+        if "data" in step:
+            (ws / "data" / "extra.jsonl").write_text(step["data"])
+        if "trainer" in step:
+            (ws / "trainer" / "config.json").write_text(json.dumps({"lr": step["trainer"]}))
+        if "score" in step:
+            (ws / "harness" / "harness.py").write_text(f"SCORE = {step['score']}\n")
+        after = snapshot(ws, store)
+        edits = changed_files(store, before, after)
+        return TurnOutcome(after=after, done=False, notes="edit", charge=Charge(), edits=edits)
+
+    return turn
+
+
+def test_the_grid_and_the_path_are_graded_unbudgeted_and_reported(tmp_path) -> None:
+    """Three parts changed over three kept iterations: the grid's 8 corners are graded (one new
+    training: the trainer-only edit of iteration 2 already made initial data + submitted trainer), the path's test scores recorded, the ledger is
+    the same as without the analysis, and result.json and report.md show both."""
+    plan = [{"score": 0.3}, {"trainer": 0.003, "score": 0.35}, {"data": "{}\n", "score": 0.5}]
+    fake = FakeSteps(tmp_path / "on", plan)
+    fake.turn = _edit_turn(plan)
+    bench, result = run(config(tmp_path / "on", 3), fake)
+    grid = result["analysis"]["grid"]
+    scores = {c["corner"]: c["test_score"] for c in grid["corners"]}
+    # the fake's test score follows the harness only: 0.5 + 0.05 submitted, 0.01 + 0.05 initial
+    assert scores == pytest.approx({c: 0.55 if c[2] == "1" else 0.06 for c in scores})
+    assert grid["changed"] == ["data", "trainer", "harness"] and grid["distinct_systems"] == 8
+    eff = grid["effects"]
+    assert eff["main"] == pytest.approx({"data": 0.0, "trainer": 0.0, "harness": 0.49})
+    assert eff["interaction"] == pytest.approx(0.0) and grid["verdict"] == "additive"
+    reused = sorted(str(t["reused"]) for t in grid["trainings"])
+    assert reused == ["None", "iteration 0", "iteration 2", "iteration 3"]
+    assert [n for n in fake.names if n.startswith("train-grid")] == ["train-grid-data"]
+    path = result["analysis"]["path"]
+    assert [(s["iteration"], s["corner"]) for s in path] == [(0, "000"), (1, None), (2, None), (3, "111")]
+    assert [s["test_score"] for s in path] == pytest.approx([0.06, 0.35, 0.40, 0.55])
+    spend = result["analysis"]["spend"]
+    assert spend["budgeted"] is False and spend["trainings"] == 1 and spend["flops"] > 0
+    assert spend["plays"] == 6 + 2  # the grid's 6 new systems and the path's 2 middle candidates
+    report = (Path(result["record"]) / "report.md").read_text()
+    assert "## Co-design grid and path" in report and "harness alone +0.490" in report
+    assert "| 3 | data, harness | 0.500 | 0.550 | +0.150 |" in report
+    assert (Path(result["record"]) / "analysis.png").is_file()
+
+    off = FakeSteps(tmp_path / "off", plan)
+    off.turn = _edit_turn(plan)
+    _, without = run(config(tmp_path / "off", 3, "analysis.grid=false", "analysis.path=false"), off)
+    assert without["budget"] == result["budget"]  # the analysis is never charged to the agent
+    assert (
+        without["analysis"] is None
+        and "Co-design grid" not in (Path(without["record"]) / "report.md").read_text()
+    )
+
+
+def test_a_part_the_agent_never_changed_is_not_trained_or_graded_again(tmp_path) -> None:
+    """Only the harness changed: the grid's 8 corners are 2 systems, nothing is trained anew."""
+    plan = [{"score": 0.4}]
+    fake = FakeSteps(tmp_path, plan)
+    fake.turn = _edit_turn(plan)
+    _, result = run(config(tmp_path, 1), fake)
+    grid = result["analysis"]["grid"]
+    assert grid["changed"] == ["harness"] and grid["distinct_systems"] == 2
+    assert result["analysis"]["spend"]["trainings"] == 0 and result["analysis"]["spend"]["plays"] == 0
+    assert not [n for n in fake.names if n.startswith("train-grid")]
+    assert grid["verdict"] == "single" and grid["effects"]["main"]["harness"] == pytest.approx(0.39)

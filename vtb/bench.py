@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from vtb import contamination, keys, noise, pipeline, progress, record
+from vtb import analysis, contamination, keys, noise, pipeline, progress, record
 from vtb.agents import Feedback, best_of, make_agent
 from vtb.blind import null_model, secret_of
 from vtb.config import BenchConfig, ModelConfig
@@ -202,12 +202,14 @@ class Bench:
         )
 
     # train + play ------------------------------------------------------------------------------
-    def train(self, sid: str, iteration: int, budgeted: bool = True) -> tuple[str, Any]:
+    def train(
+        self, sid: str, iteration: int, budgeted: bool = True, run_name: str | None = None
+    ) -> tuple[str, Any]:
         key = keys.train_key(self.model.hash, part_hashes(self.store / sid), self.cfg.seed)
         lim = self._limits(budgeted, "train")
         out = self._call(
             "train",
-            f"train-it{iteration}" if iteration >= 0 else "train-reference",
+            run_name or (f"train-it{iteration}" if iteration >= 0 else "train-reference"),
             key=key,
             snapshot_dir=str(self.store / sid),
             base_dir=str(self.base_dir),
@@ -448,6 +450,41 @@ class Bench:
         self._log(f"contamination scan of the submission: {contamination.summary(result)}")
         return result
 
+    def start_analysis(self, pool: ThreadPoolExecutor, chosen: Candidate) -> analysis.Analysis | None:
+        """The co-design grid and the path's test scores (vtb/analysis.py), started in the grading pool.
+
+        Unbudgeted like grading: its trainings and plays go through the same train step and
+        grading play as the submission's (the same sandboxes and keys), never through the ledger."""
+        opts = self.cfg.analysis
+        if not (opts.grid or opts.path):
+            return None
+
+        def train(sid: str, run_name: str) -> tuple[System, Any, str | None]:
+            key = keys.train_key(self.model.hash, part_hashes(self.store / sid), self.cfg.seed)
+            for c in self.history:  # weights the research already made: reused, not trained again
+                if c.train_key == key and c.train is not None:
+                    return System(sid, key, c.checkpoint), None, f"iteration {c.iteration}"
+            self._log(f"analysis: training {run_name.removeprefix('train-')} (not charged to the agent)")
+            key, out = self.train(sid, -1, budgeted=False, run_name=run_name)
+            return System(sid, key, out.checkpoint if out.ok else None), out.charge, None
+
+        def grade(system: System, label: str) -> tuple[Future, bool]:
+            key, _ = self._play_params(system, "test", False, None, "model")
+            new = key not in self._grading
+            return self._grading_play(pool, system, None, "model", label), new
+
+        run = analysis.Analysis(
+            self.store,
+            self.history,
+            chosen,
+            analysis.Hooks(train, grade, self._log),
+            grid=opts.grid,
+            path=opts.path,
+            tolerance=opts.tolerance,
+        )
+        run.start()
+        return run
+
     def grading_workers(self) -> int:
         """How many grading plays run at once: one on a GPU (a model server each would share it)."""
         return 1 if self.cfg.sandbox.gpus else max(1, self.cfg.grading_workers)
@@ -490,7 +527,11 @@ class Bench:
                 # the same play under another key (so not served from the first one's cache)
                 regrade = self._grading_play(pool, chosen.system, None, "regrade", "submitted")
             scan = self.contamination_scan(chosen)  # here, while the grading plays run in sandboxes
+            extra = self.start_analysis(pool, chosen)  # its trainings here, its plays in the pool
             grades = {label: wait() for label, wait in pending.items()}
+            studied = extra.finish() if extra else None
+            if studied and studied["grid"]:
+                self._log(f"co-design grid: {studied['grid']['verdict_line']}")
             determinism = None
             if regrade is not None:
                 again: PlayResult = regrade.result()
@@ -498,7 +539,16 @@ class Bench:
                 determinism = noise.regrade_diff(sub.rewards, again.rewards, sub.test_score, again.score)
                 self._log(f"grading determinism: {determinism['note']}")
         outcome = RunOutcome(
-            self.run_id, self.data, self.model, self.history, chosen, grades, reference, scan, determinism
+            self.run_id,
+            self.data,
+            self.model,
+            self.history,
+            chosen,
+            grades,
+            reference,
+            scan,
+            determinism,
+            studied,
         )
         result = self.rec.finish(self.cfg, outcome, self.ledger, self.store)
         self.rec.write_timings(time.monotonic() - self.t0, self.timings)

@@ -190,6 +190,15 @@ class BudgetConfig:
 
 
 @dataclass
+class AnalysisConfig:
+    """What the bench measures about the submission after grading (vtb/analysis.py); unbudgeted."""
+
+    grid: bool = True  # the co-design grid: 8 mixes of initial/submitted data, trainer, harness
+    path: bool = True  # test scores of the kept candidates along the research path
+    tolerance: float = 0.05  # the grid's verdict reads effects this close as equal (vtb/codesign.py)
+
+
+@dataclass
 class BenchConfig:
     task: TaskConfig = field(default_factory=TaskConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -209,6 +218,7 @@ class BenchConfig:
     contamination_check: bool = True  # scan the submission for test/val items (vtb/contamination.py)
     regrade_check: bool = False  # grade the submission a second time: is grading deterministic?
     grading_workers: int = 2  # grading plays at once (each a model server and a harness); 1 with GPUs
+    analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
 
     def paths(self) -> tuple[Path, Path]:
         """Absolute runs and cache roots (no Hydra chdir: relative paths mean the cwd)."""

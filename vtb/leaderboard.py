@@ -13,6 +13,12 @@ agents as a paired bootstrap CI of A - B over the seeds both ran and the test it
 result.json's per-episode `item_rewards`; seeds only where a run lacks them), in
 leaderboard.md and leaderboard_pairs.csv.
 
+The co-design grid (vtb/analysis.py, vtb/codesign.py): per (task, agent), the mean over seeds of
+each part's main effect on the test score and of the interaction (together minus the sum of the
+parts alone), each with a paired bootstrap CI over seeds and test items (the grid's 8 systems are
+graded on the same items, so every effect is a contrast of per-item rewards), and the count of
+each verdict; in leaderboard.md and leaderboard_grid.csv.
+
 Flagged runs (the contamination scan of vtb/contamination.py, or the null-model check) are
 counted per row and kept by default, scored and marked; `exclude_flagged` (CLI
 `--exclude-flagged`, sweep `exclude_flagged=true`) leaves them out of every figure.
@@ -29,7 +35,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from vtb import noise
+from vtb import codesign, noise
 
 BOOTSTRAP_SAMPLES = 10_000
 BOOTSTRAP_SEED = 0  # fixed: the same runs give the same CIs
@@ -146,6 +152,81 @@ def pairs(results: list[dict], exclude_flagged: bool = False) -> list[Pair]:
     return out
 
 
+GRID_EFFECTS = (*codesign.PARTS, "interaction")
+
+
+@dataclass
+class GridRow:
+    """One (task, agent)'s co-design grid over seeds: an effect's mean and paired bootstrap CI."""
+
+    task: str
+    agent: str
+    effect: str  # a part's main effect, or "interaction" (together - sum of the parts alone)
+    mean: float
+    ci_low: float
+    ci_high: float
+    seeds: int
+    items: int  # 0: seeds only (a run without per-item rewards)
+    verdicts: str  # how many runs got each verdict ("additive 2, single 1")
+
+
+def _grid_of(result: dict) -> dict | None:
+    grid = (result.get("analysis") or {}).get("grid")
+    return grid if grid and grid.get("effects") else None
+
+
+def _contrast_sides(grid: dict, weights: dict[str, float], per_item: bool) -> tuple[dict, dict]:
+    """The positive and negative sides of a contrast, per test item (or {"": score})."""
+    corners = {c["corner"]: c for c in grid["corners"]}
+    if per_item:
+        values = {
+            code: {str(k): float(v) for k, v in corners[code]["item_rewards"].items()} for code in corners
+        }
+    else:
+        values = {code: {"": float(corners[code]["test_score"])} for code in corners}
+    items = set.intersection(*(set(v) for v in values.values()))
+    pos = {i: sum(w * values[c][i] for c, w in weights.items() if w > 0) for i in items}
+    neg = {i: sum(-w * values[c][i] for c, w in weights.items() if w < 0) for i in items}
+    return pos, neg
+
+
+def _finite_rewards(grid: dict) -> bool:
+    for c in grid["corners"]:
+        got = c.get("item_rewards")
+        if not isinstance(got, dict) or not got:
+            return False
+        if not all(
+            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in got.values()
+        ):
+            return False
+    return True
+
+
+def grid_rows(results: list[dict], exclude_flagged: bool = False) -> list[GridRow]:
+    """Per (task, agent) with a co-design grid: each effect's mean over seeds, paired over test items."""
+    out = []
+    for (task, agent), runs in sorted(_groups(results, exclude_flagged).items()):
+        grids = {r["seed"]: g for r in runs if (g := _grid_of(r)) is not None}
+        if not grids:
+            continue
+        per_item = all(_finite_rewards(g) for g in grids.values())
+        kinds: dict[str, int] = {}
+        for g in grids.values():
+            kinds[g["verdict"]] = kinds.get(g["verdict"], 0) + 1
+        verdicts = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
+        for effect in GRID_EFFECTS:
+            weights = codesign.contrast(effect)
+            sides = {seed: _contrast_sides(g, weights, per_item) for seed, g in grids.items()}
+            p = noise.paired_bootstrap(
+                {s: a for s, (a, _) in sides.items()}, {s: b for s, (_, b) in sides.items()}
+            )
+            if p is not None:
+                out.append(
+                    GridRow(task, agent, effect, p.diff, p.ci_low, p.ci_high, p.seeds, p.items, verdicts)
+                )
+    return out
+
+
 def rows(results: list[dict], exclude_flagged: bool = False) -> list[Row]:
     groups = _groups(results, exclude_flagged)
     out = []
@@ -225,8 +306,13 @@ def write(
     results = read_results(runs_dir)
     table = rows(results, exclude_flagged)
     compared = pairs(results, exclude_flagged)
+    grid = grid_rows(results, exclude_flagged)
     agg = aggregate(table)
-    for name, cls, records in (("leaderboard.csv", Row, table), ("leaderboard_pairs.csv", Pair, compared)):
+    for name, cls, records in (
+        ("leaderboard.csv", Row, table),
+        ("leaderboard_pairs.csv", Pair, compared),
+        ("leaderboard_grid.csv", GridRow, grid),
+    ):
         with open(out_dir / name, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(cls.__dataclass_fields__))
             writer.writeheader()
@@ -274,6 +360,7 @@ def write(
             f"| {p.task} | {p.a} | {p.b} | {p.diff:+.3f} [{p.ci_low:+.3f}, {p.ci_high:+.3f}] | "
             f"{p.seeds} | {p.items} | {p.verdict} |"
         )
+    lines += grid_lines(grid)
     lines += [
         "",
         "## Aggregate across tasks (weights 1 / (reference - initial))",
@@ -288,6 +375,33 @@ def write(
     (out_dir / "leaderboard.md").write_text("\n".join(lines) + "\n")
     _plot(table, out_dir / "leaderboard.png")
     return table, agg
+
+
+def grid_lines(grid: list[GridRow]) -> list[str]:
+    """leaderboard.md's co-design grid section: one row per (task, agent), one column per effect."""
+    if not grid:
+        return []
+    lines = [
+        "",
+        "## Co-design grid (effects on the test score, mean over seeds [95% CI])",
+        "",
+        "Main effect of a part: mean test score of the grid's systems with the submitted part minus "
+        "with the initial one (2^3 factorial). Interaction: all parts together minus the sum of each "
+        "part alone (0: they add up). CIs: paired bootstrap over seeds and test items "
+        f"({noise.PAIRED_SAMPLES} resamples); items 0 = seeds only.",
+        "",
+        "| task | agent | seeds | items | " + " | ".join(GRID_EFFECTS) + " | verdicts |",
+        "|---|---|---:|---:|" + "---|" * len(GRID_EFFECTS) + "---|",
+    ]
+    for task, agent in dict.fromkeys((g.task, g.agent) for g in grid):
+        mine = {g.effect: g for g in grid if (g.task, g.agent) == (task, agent)}
+        first = next(iter(mine.values()))
+        cells = " | ".join(
+            f"{mine[e].mean:+.3f} [{mine[e].ci_low:+.3f}, {mine[e].ci_high:+.3f}]" if e in mine else "-"
+            for e in GRID_EFFECTS
+        )
+        lines.append(f"| {task} | {agent} | {first.seeds} | {first.items} | {cells} | {first.verdicts} |")
+    return lines
 
 
 def _plot(table: list[Row], path: Path) -> None:

@@ -153,6 +153,7 @@ class RunRecord:
             "gains_by_part": gains,
             "contamination": run.contamination,
             "grading_determinism": run.determinism,
+            "analysis": run.analysis,
             "record": str(self.dir),
         }
         _dump(self.dir / "result.json", result)
@@ -283,6 +284,7 @@ def utc_now() -> str:
 
 
 PLOT_LINE = "![scores](scores.png)"  # report.md's plot; agent text cannot make this line (md_text escapes it)
+ANALYSIS_PLOT_LINE = "![analysis](analysis.png)"  # the grid and path plot, when the analysis ran
 
 
 def report_for_ui(run_dir: Path) -> str:
@@ -290,8 +292,10 @@ def report_for_ui(run_dir: Path) -> str:
 
     The figures the plot shows are in the report as tables, so nothing is lost."""
     text = (run_dir / "report.md").read_text()
-    path = md_text(str(run_dir / "scores.png"))
-    return text.replace(PLOT_LINE, f"Plot (the tables below hold its figures): {path}", 1)
+    for line, name in ((PLOT_LINE, "scores.png"), (ANALYSIS_PLOT_LINE, "analysis.png")):
+        path = md_text(str(run_dir / name))
+        text = text.replace(line, f"Plot (the tables below hold its figures): {path}", 1)
+    return text
 
 
 def summary_table(result: dict) -> str:
@@ -317,6 +321,7 @@ def summary_table(result: dict) -> str:
         ("research agent's LLM", f"{b.get('agent_tokens', 0)} tokens, ${b.get('agent_cost_usd', 0.0):.4f}"),
         ("gain by part (val)", ", ".join(f"{k} {v:+.3f}" for k, v in result["gains_by_part"].items()) or "-"),
         ("contamination scan", contamination_line(result.get("contamination"))),
+        *_analysis_rows(result.get("analysis")),
         ("run record", result["record"]),
     ]
     width = max(len(k) for k, _ in rows)
@@ -426,4 +431,127 @@ def write_report(run_dir: Path, result: dict, history: list[dict], grades: dict)
             f"- Grading determinism (the submission graded twice): {md_text(result['grading_determinism']['note'])}."
         )
     lines += contamination_lines(result.get("contamination"))
+    lines += analysis_lines(run_dir, result.get("analysis"))
     (run_dir / "report.md").write_text("\n".join(lines) + "\n")
+
+
+def _analysis_rows(studied: dict | None) -> list[tuple[str, str]]:
+    """The summary table's lines on the analysis: the grid's verdict and the path's test scores."""
+    if not studied:
+        return []
+    rows = []
+    if studied.get("grid"):
+        rows.append(("co-design grid (test)", studied["grid"]["verdict_line"]))
+    if studied.get("path"):
+        rows.append(
+            ("path (test)", " -> ".join(f"it{s['iteration']} {s['test_score']:.3f}" for s in studied["path"]))
+        )
+    return rows
+
+
+def analysis_lines(run_dir: Path, studied: dict | None) -> list[str]:
+    """report.md's sections on the co-design grid and the path, and their plot (analysis.png)."""
+    if not studied or not (studied.get("grid") or studied.get("path")):
+        return []
+    plot_analysis(run_dir / "analysis.png", studied)
+    lines = [
+        "",
+        "## Co-design grid and path (test split, after the run; not charged to the agent)",
+        "",
+        ANALYSIS_PLOT_LINE,
+    ]
+    grid = studied.get("grid")
+    if grid:
+        changed = ", ".join(grid["changed"]) or "none"
+        lines += [
+            "",
+            f"Every mix of initial and submitted data, trainer and harness, graded on the hidden test split "
+            f"(parts the submission changed: {changed}; {grid['distinct_systems']} distinct systems, a mix "
+            "equal to another system is that system and is graded once).",
+            "",
+            f"**Verdict: {md_text(grid['verdict_line'])}.** Additive: together within the tolerance of the sum "
+            "of the parts alone; synergistic: above it; redundant: below it but not below the best part alone; "
+            "interfering: below the best part alone.",
+            "",
+            "| corner | data | trainer | harness | test | on path |",
+            "|---|---|---|---|---:|---|",
+        ]
+        on_path = {s.get("corner") for s in studied.get("path") or []}
+        for c in grid["corners"]:
+            note = f" ({md_text(c['note'], 80)})" if c.get("note") else ""
+            parts = " | ".join(c["parts"][p] for p in ("data", "trainer", "harness"))
+            lines.append(
+                f"| {c['corner']} {c['name']} | {parts} | {c['test_score']:.3f}{note} | "
+                f"{'yes' if c['corner'] in on_path else ''} |"
+            )
+        eff = grid["effects"]
+        if eff:
+            lines += ["", "| effect (2^3 factorial) | test |", "|---|---:|"]
+            lines += [f"| {k} (main) | {v:+.3f} |" for k, v in eff["main"].items()]
+            lines += [f"| {k} | {v:+.3f} |" for k, v in eff["interactions"].items()]
+            lines += [f"| {k} alone | {v:+.3f} |" for k, v in eff["alone"].items()]
+            lines += [
+                f"| all together | {eff['together']:+.3f} |",
+                f"| together - sum alone | {eff['interaction']:+.3f} |",
+            ]
+    if studied.get("path"):
+        lines += [
+            "",
+            "Cumulative gain along the path: each kept candidate (best on validation so far), graded on "
+            "the test split after the run (never shown to the agent).",
+            "",
+            "| it | parts edited | val | test | test change |",
+            "|---:|---|---:|---:|---:|",
+        ]
+        prev = None
+        for step in studied["path"]:
+            val = "-" if step["val_score"] is None else f"{step['val_score']:.3f}"
+            delta = "" if prev is None else f"{step['test_score'] - prev:+.3f}"
+            edited = md_text(", ".join(step["parts_edited"]) or "-")
+            lines.append(f"| {step['iteration']} | {edited} | {val} | {step['test_score']:.3f} | {delta} |")
+            prev = step["test_score"]
+    spend = studied.get("spend")
+    if spend:
+        lines += [
+            "",
+            f"Analysis spend (unbudgeted, not in the ledger): {spend['trainings']} trainings, {spend['plays']} "
+            f"test plays, {spend['cpu_seconds']:.0f} metered CPU-seconds, {spend['flops']:.3g} reported FLOPs.",
+        ]
+    return lines
+
+
+def plot_analysis(path: Path, studied: dict) -> None:
+    """Left: the grid's 8 test scores, the corners on the path highlighted; right: val and test along the path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    grid, steps = studied.get("grid"), studied.get("path") or []
+    both = bool(grid and steps)
+    fig, axes = plt.subplots(1, 2 if both else 1, figsize=(10 if both else 5, 3.6), squeeze=False)
+    axes = list(axes[0])
+    if grid:
+        ax = axes[0]
+        on_path = {s.get("corner") for s in steps}
+        corners = grid["corners"]
+        colors = ["#2a7" if c["corner"] in on_path else "#bbb" for c in corners]
+        ax.bar(range(len(corners)), [c["test_score"] for c in corners], color=colors)
+        ax.set_xticks(range(len(corners)), [f"{c['corner']}\n{c['name']}" for c in corners], fontsize=7)
+        ax.set(ylabel="test score", ylim=(0, 1), title="Co-design grid (green: on the path)")
+    if steps:
+        ax = axes[-1]
+        its = list(range(len(steps)))
+        ax.plot(
+            its,
+            [s["val_score"] if s["val_score"] is not None else float("nan") for s in steps],
+            marker="o",
+            label="val",
+        )
+        ax.plot(its, [s["test_score"] for s in steps], marker="s", label="test")
+        ax.set_xticks(its, [f"it{s['iteration']}" for s in steps])
+        ax.set(ylabel="score", ylim=(0, 1), title="Kept candidates along the path")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -174,3 +174,4 @@ class RunOutcome:
     reference: dict | None  # its snapshot, weights and, for a released model, the hub id
     contamination: dict | None = None  # the submission's contamination scan (vtb/contamination.py)
     determinism: dict | None = None  # the submission graded twice (bench option regrade_check)
+    analysis: dict | None = None  # the co-design grid and the path's test scores (vtb/analysis.py)
