@@ -147,3 +147,50 @@ def test_flagged_runs_are_marked_and_can_be_left_out(tmp_path) -> None:
     assert "| math | noop |" in md and "| math | greedy | noop |" in md  # the paired comparison row
     (pair,) = list(csv.DictReader(open(tmp_path / "leaderboard_pairs.csv")))
     assert pair["verdict"] == "greedy better" and int(pair["seeds"]) == 1  # noop ran seed 0 only
+
+
+def _grid_result(seed: int, harness_rewards: dict[str, float], per_item: bool = True) -> dict:
+    """A greedy run whose grid gains only where the harness is the submitted one."""
+    from vtb import codesign
+
+    corners = []
+    for code in codesign.CORNERS:
+        rewards = harness_rewards if code[2] == "1" else {k: 0.0 for k in harness_rewards}
+        corners.append(
+            {
+                "corner": code,
+                "test_score": sum(rewards.values()) / len(rewards),
+                "item_rewards": rewards if per_item else None,
+            }
+        )
+    eff = codesign.effects({c["corner"]: c["test_score"] for c in corners})
+    out = _result("math", "greedy", seed, corners[-1]["test_score"], 0.0, 0.8)
+    out["analysis"] = {"grid": {"corners": corners, "effects": eff.to_json(), "verdict": "single"}}
+    return out
+
+
+def test_grid_effects_pool_seeds_with_a_paired_ci_over_items(tmp_path) -> None:
+    from vtb.leaderboard import grid_rows
+
+    # seed 0: the harness gains 1 on both items; seed 1: 1 on item a, 0 on item b
+    results = [_grid_result(0, {"a": 1.0, "b": 1.0}), _grid_result(1, {"a": 1.0, "b": 0.0})]
+    results.append(_result("math", "noop", 0, 0.0, 0.0, 0.8))  # no grid: no grid row
+    got = {g.effect: g for g in grid_rows(results)}
+    assert set(got) == {"data", "trainer", "harness", "interaction"}
+    harness = got["harness"]
+    assert harness.mean == pytest.approx(0.75) and (harness.seeds, harness.items) == (2, 2)
+    # resampled means of d = [[1, 1], [1, 0]] run from 0 (seed 1, item b only) to 1: both ends inside 95%
+    assert 0.0 <= harness.ci_low < 0.75 < harness.ci_high == pytest.approx(1.0)
+    assert (got["data"].mean, got["data"].ci_low, got["data"].ci_high) == (0.0, 0.0, 0.0)
+    assert got["interaction"].mean == pytest.approx(0.0) and harness.verdicts == "single 2"
+    # without per-item rewards: seeds only (the mean is the same)
+    seeds_only = [_grid_result(0, {"a": 1.0, "b": 1.0}, False), _grid_result(1, {"a": 1.0, "b": 0.0}, False)]
+    harness = {g.effect: g for g in grid_rows(seeds_only)}["harness"]
+    assert harness.mean == pytest.approx(0.75) and harness.items == 0
+    for r in results:
+        (tmp_path / r["run_id"]).mkdir()
+        (tmp_path / r["run_id"] / "result.json").write_text(json.dumps(r))
+    write(tmp_path)
+    md = (tmp_path / "leaderboard.md").read_text()
+    assert "## Co-design grid" in md and "| math | greedy | 2 | 2 | +0.000 [+0.000, +0.000]" in md
+    assert (tmp_path / "leaderboard_grid.csv").read_text().count("\n") == 5
