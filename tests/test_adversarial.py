@@ -123,6 +123,13 @@ def test_hostile_agent_gains_nothing(tmp_path, backend) -> None:
     scan = result["contamination"]
     assert scan is not None and set(scan["splits"]) >= {"test"} and scan["scanned"]["files"] > 0, scan
 
+    # The co-design grid graded this submission's parts again, mixed with the initial ones,
+    # through the same train step and grading play (nothing new read from a sandbox): every mix
+    # scored in [0, 1], the run finished, and the leak checks below cover its snapshots too.
+    grid = result["analysis"]["grid"]
+    assert len(grid["corners"]) == 8 and all(0.0 <= c["test_score"] <= 1.0 for c in grid["corners"]), grid
+    assert grid["corners"][-1]["test_score"] == sub["test_score"]
+
     # The ledger: no negative, non-finite or forged entry; the bill is what was metered.
     entries = [json.loads(line) for line in (run_dir / "ledger.jsonl").read_text().splitlines()]
     for entry in entries:

@@ -72,6 +72,40 @@ def test_run_record_is_complete(greedy_run):
     assert len(manifest["candidates"]) == result["iterations"] + 1
 
 
+def test_the_grid_and_the_path_are_in_the_record(greedy_run):
+    """Issue 22: the co-design grid and the path's test scores (on by default) of a real run: 8
+    mixes graded on the test split, the corners that are the initial and submitted systems scored
+    as those were, the path ending at the submission, none of it in the agent's ledger."""
+    from vtb import codesign
+
+    _, result, _ = greedy_run
+    run_dir = Path(result["record"])
+    grid, path = result["analysis"]["grid"], result["analysis"]["path"]
+    scores = {c["corner"]: c["test_score"] for c in grid["corners"]}
+    assert list(scores) == list(codesign.CORNERS) and all(0.0 <= s <= 1.0 for s in scores.values())
+    assert scores["000"] == result["initial"]["test_score"]
+    assert scores["111"] == result["submitted"]["test_score"]
+    assert grid["effects"]["together"] == pytest.approx(scores["111"] - scores["000"])
+    assert grid["effects"] == codesign.effects(scores).to_json() and grid["verdict_line"]
+    assert (
+        len({c["snapshot"] for c in grid["corners"]}) == grid["distinct_systems"] == 2 ** len(grid["changed"])
+    )
+    assert path[0]["iteration"] == 0 and path[-1]["iteration"] == result["submitted"]["iteration"]
+    assert path[-1]["test_score"] == result["submitted"]["test_score"]
+    assert [s["val_score"] for s in path] == sorted(s["val_score"] for s in path)
+    ledger = [json.loads(line)["step"] for line in (run_dir / "ledger.jsonl").read_text().splitlines()]
+    assert "play-test" not in ledger and ledger.count("train") == len(
+        {c.get("train_key") for c in _iterations(run_dir) if c.get("train_key")}
+    )
+    report = (run_dir / "report.md").read_text()
+    assert "## Co-design grid and path" in report and "Cumulative gain along the path" in report
+    assert (run_dir / "analysis.png").is_file()
+
+
+def _iterations(run_dir: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((run_dir / "iterations").glob("*.json"))]
+
+
 async def _prefect_view(cfg, run_id: str):
     """The fixture's flow run as the Prefect API holds it: the run, its task runs, logs and artifacts.
 

@@ -537,8 +537,22 @@ def plot_analysis(path: Path, studied: dict) -> None:
         corners = grid["corners"]
         colors = ["#2a7" if c["corner"] in on_path else "#bbb" for c in corners]
         ax.bar(range(len(corners)), [c["test_score"] for c in corners], color=colors)
-        ax.set_xticks(range(len(corners)), [f"{c['corner']}\n{c['name']}" for c in corners], fontsize=7)
-        ax.set(ylabel="test score", ylim=(0, 1), title="Co-design grid (green: on the path)")
+        short = [
+            "".join(
+                p[0].upper()
+                for p, bit in zip(("data", "trainer", "harness"), c["corner"], strict=True)
+                if bit == "1"
+            )
+            or "none"
+            for c in corners
+        ]
+        ax.set_xticks(range(len(corners)), short)
+        ax.set(
+            xlabel="parts taken from the submission (D data, T trainer, H harness)",
+            ylabel="test score",
+            ylim=(0, 1),
+            title="Co-design grid (green: on the path)",
+        )
     if steps:
         ax = axes[-1]
         its = list(range(len(steps)))
