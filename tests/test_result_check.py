@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from vtb.codesign import CORNERS
 from vtb.result_check import MAX_RESULT_BYTES, BadResult, check_result, parse_record
 
 GOOD = {
@@ -91,6 +92,28 @@ def test_a_sound_result_passes_and_both_stored_forms_parse() -> None:
 def test_a_malformed_result_is_refused_with_its_reason(path, value, reason) -> None:
     with pytest.raises(BadResult, match=reason.replace("^", r"\^")):
         check_result(_with(path, value), EXPECTED)
+
+
+def _grid(**changes) -> dict:
+    corners = [{"corner": c, "test_score": 0.1, "item_rewards": {"test-0000": 0.0}} for c in CORNERS]
+    return {"corners": corners, "effects": {}, "verdict": "additive", **changes}
+
+
+def test_the_co_design_grid_is_checked_like_the_scores() -> None:
+    """The leaderboard pools a result's grid (analysis.grid): its corners and verdict are checked too."""
+    assert check_result(_with("analysis", {"grid": _grid(), "path": None}), EXPECTED)["analysis"]
+    assert check_result(_with("analysis", {"grid": None}), EXPECTED)  # a run without the grid
+    bad = [
+        (_grid(verdict="<img src=x>"), "verdict"),
+        (_grid(corners=_grid()["corners"][:7]), "corners"),
+        (_grid(corners=_grid()["corners"][:7] + [_grid()["corners"][0]]), "each once"),
+        (_grid(corners=[{**c, "test_score": math.nan} for c in _grid()["corners"]]), "test_score"),
+        (_grid(corners=[{**c, "item_rewards": {"a": 9.0}} for c in _grid()["corners"]]), "item_rewards"),
+        ("not a grid", "analysis.grid"),
+    ]
+    for grid, reason in bad:
+        with pytest.raises(BadResult, match=reason):
+            check_result(_with("analysis", {"grid": grid}), EXPECTED)
 
 
 def test_a_result_of_another_run_is_refused() -> None:

@@ -27,6 +27,7 @@ EFFECTS = tuple(
 # the difference of two scores at p = 0.5 on 200 test items (sqrt(2 * 0.25 / 200) = 0.05), the
 # default math and tau test size. A documented default; conf/bench.yaml analysis.tolerance sets it.
 TOLERANCE = 0.05
+VERDICTS = ("unchanged", "single", "no effect", "additive", "synergistic", "redundant", "interfering")
 
 
 def corner_name(code: str) -> str:

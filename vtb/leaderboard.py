@@ -212,7 +212,8 @@ def grid_rows(results: list[dict], exclude_flagged: bool = False) -> list[GridRo
         per_item = all(_finite_rewards(g) for g in grids.values())
         kinds: dict[str, int] = {}
         for g in grids.values():
-            kinds[g["verdict"]] = kinds.get(g["verdict"], 0) + 1
+            kind = g["verdict"] if g.get("verdict") in codesign.VERDICTS else "unknown"
+            kinds[kind] = kinds.get(kind, 0) + 1
         verdicts = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
         for effect in GRID_EFFECTS:
             weights = codesign.contrast(effect)

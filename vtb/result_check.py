@@ -16,6 +16,8 @@ import math
 import re
 from typing import Any
 
+from vtb import codesign
+
 MAX_RESULT_BYTES = 8 << 20  # a result with per-item rewards of a large test split fits well below
 MAX_ITEMS = 200_000  # per-item rewards of the submission
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")  # run ids become folder names
@@ -108,6 +110,27 @@ def _rewards(value: Any, where: str) -> None:
         _score(v, f"{where}[{key[:40]!r}]")
 
 
+def _grid(value: Any, where: str) -> None:
+    """The co-design grid the leaderboard reads: 8 corners, each once, scored; a known verdict."""
+    grid = _dict(value, where)
+    corners = grid.get("corners")
+    if not isinstance(corners, list) or len(corners) != len(codesign.CORNERS):
+        raise BadResult(f"{where}.corners is not a list of {len(codesign.CORNERS)} corners")
+    seen = []
+    for i, corner in enumerate(corners):
+        entry = _dict(corner, f"{where}.corners[{i}]")
+        seen.append(entry.get("corner"))
+        _score(entry.get("test_score"), f"{where}.corners[{i}].test_score")
+        _optional(entry.get("item_rewards"), _rewards, f"{where}.corners[{i}].item_rewards")
+    if sorted(map(str, seen)) != list(codesign.CORNERS):
+        raise BadResult(f"{where}.corners are not the corners {codesign.CORNERS}, each once")
+    if grid.get("verdict") not in codesign.VERDICTS:
+        raise BadResult(
+            f"{where}.verdict {str(grid.get('verdict'))[:40]!r} is not one of {codesign.VERDICTS}"
+        )
+    _optional(grid.get("effects"), _dict, f"{where}.effects")
+
+
 def check_result(result: Any, expected: dict[str, Any] | None = None) -> dict:
     """`result` if every figure the leaderboard reads is sound, else BadResult with the reason.
 
@@ -141,6 +164,9 @@ def check_result(result: Any, expected: dict[str, Any] | None = None) -> dict:
     scan = r.get("contamination")
     if scan is not None and _dict(scan, "contamination").get("flagged") not in (None, True, False):
         raise BadResult("contamination.flagged is not a boolean")
+    analysis = r.get("analysis")
+    if analysis is not None:
+        _optional(_dict(analysis, "analysis").get("grid"), _grid, "analysis.grid")
     where = _dict(r.get("location"), "location")
     _text(where.get("host"), "location.host", 255)
     _text(where.get("path"), "location.path")
