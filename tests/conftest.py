@@ -73,6 +73,8 @@ SMALL_OVERRIDES = [
     "reference=false",
     "null_model_check=false",
     "base_model_check=false",  # one play per system fewer; the e2e greedy run turns it on and checks it
+    "analysis.grid=false",  # up to 1 training and 6 plays more per bench; the e2e greedy run and the
+    "analysis.path=false",  # hostile bench turn them on and check them
 ]
 
 
@@ -90,7 +92,13 @@ def small_overrides(tmp_path, agent: str = "greedy", seed: int = 0, *extra: str)
     return [*SMALL_OVERRIDES, f"agent={agent}", f"seed={seed}", *iters, *paths, *extra]
 
 
-GREEDY_EXTRA = ("reference=true", "null_model_check=true", "base_model_check=true")
+GREEDY_EXTRA = (
+    "reference=true",
+    "null_model_check=true",
+    "base_model_check=true",
+    "analysis.grid=true",
+    "analysis.path=true",
+)
 
 
 @pytest.fixture(scope="session")

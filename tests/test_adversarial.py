@@ -47,6 +47,8 @@ def _bench(tmp_path: Path, backend: str) -> tuple[subprocess.CompletedProcess, i
         "agent.usage=claude",
         "agent.max_iterations=3",
         "agent.turn_wall_s=300",
+        "analysis.grid=true",  # the grid grades the hostile harness again: through the same path
+        "analysis.path=true",
         "null_model_check=true",
         "hydra/job_logging=none",
         "hydra/hydra_logging=none",

@@ -115,7 +115,8 @@ def test_lora_trains_only_adapters(base_dir, data, tmp_path):
 
 def test_unknown_config_key():
     with pytest.raises(
-        ConfigError, match=r"'learning_rate'.*allowed keys: batch_size, chat_template, deepspeed, epochs, lora, lr"
+        ConfigError,
+        match=r"'learning_rate'.*allowed keys: batch_size, chat_template, deepspeed, epochs, lora, lr",
     ):
         resolve_config({"learning_rate": 1e-3})
     with pytest.raises(ConfigError, match=r"unknown lora key 'rank'.*alpha, dropout, r, target_modules"):
