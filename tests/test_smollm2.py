@@ -113,7 +113,7 @@ def test_a_shrunk_smollm2_bench_runs_whole(tmp_path, prefect_server, monkeypatch
             "agent.max_iterations=1",  # greedy's first proposal: the calculator harness (no training)
             "base_model_check=false",
             "analysis.grid=false",  # off in the preset too; the grid is tested on the tiny model
-            "budget.flops_per_cpu_second=1.0e10",  # no calibration of the FLOPs floor (about a minute)
+            "+budget.flops_per_cpu_second=1.0e10",  # no calibration of the FLOPs floor (about a minute)
             f"runs_dir={tmp_path / 'runs'}",
             f"cache_dir={tmp_path / 'cache'}",
         ]
