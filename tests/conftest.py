@@ -7,9 +7,11 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -277,3 +279,18 @@ def cli_turn_env(tmp_path, backend: str, script_text: str, **agent: object):
         **agent,
     )
     return cfg, bare_research_env(tmp_path, backend)[0]
+
+
+def run_deploy_script(env: dict, *args: str) -> subprocess.CompletedProcess:
+    """scripts/deploy.sh with these arguments against env's PREFECT_API_URL; it must succeed."""
+    repo = Path(__file__).resolve().parents[1]
+    deploy = subprocess.run(
+        [str(repo / "scripts" / "deploy.sh"), *args],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert deploy.returncode == 0, deploy.stdout[-3000:] + deploy.stderr[-3000:]
+    return deploy

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import needs_bwrap
+from tests.conftest import needs_bwrap, run_deploy_script
 
 pytestmark = [pytest.mark.slow, needs_bwrap()]
 
@@ -161,15 +161,7 @@ def test_nightly_deployment_runs_a_sweep_through_a_worker(tmp_path) -> None:
             assert json.load(r)["api_url"] == api
 
         env["PREFECT_API_URL"] = api
-        deploy = subprocess.run(
-            [str(REPO / "scripts" / "deploy.sh")],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert deploy.returncode == 0, deploy.stdout[-3000:] + deploy.stderr[-3000:]
+        deploy = run_deploy_script(env)
         assert "prefect worker start --pool vtb-local" in deploy.stdout
         print(f"[test] deployed after {time.monotonic() - t0:.0f} s")
 

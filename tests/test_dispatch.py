@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import needs_bwrap
+from tests.conftest import needs_bwrap, run_deploy_script
 from tests.test_deploy import PREFECT, REPO, TINY_OVERRIDES, Proc, _descendants, _free_port, _wait_for
 
 pytestmark = [pytest.mark.slow, needs_bwrap()]
@@ -84,15 +84,7 @@ def cluster(tmp_path_factory):
         c.procs.append(server)
         _wait_for(server, f"export PREFECT_API_URL={c.api}", timeout=240)
         c.env["PREFECT_API_URL"] = c.api
-        deploy = subprocess.run(
-            [str(REPO / "scripts" / "deploy.sh"), "--name", "bench"],
-            cwd=REPO,
-            env=c.env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert deploy.returncode == 0, deploy.stdout[-3000:] + deploy.stderr[-3000:]
+        run_deploy_script(c.env, "--name", "bench")
         from prefect.client.orchestration import get_client
 
         with c.settings(), get_client(sync_client=True) as client:
@@ -368,15 +360,7 @@ def test_a_bench_runs_on_the_docker_work_pool_in_the_orchestrator_image(cluster)
     _orchestrator_image()
     data = cluster.tmp / "docker-machine"
     env = {**cluster.env, "VTB_DOCKER_DATA": str(data), "VTB_RESULTS": str(data / "results")}
-    deploy = subprocess.run(
-        [str(REPO / "scripts" / "deploy.sh"), "--name", "bench-docker", "--docker"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert deploy.returncode == 0, deploy.stdout[-3000:] + deploy.stderr[-3000:]
+    run_deploy_script(env, "--name", "bench-docker", "--docker")
     worker = Proc(
         [str(PREFECT), "worker", "start", "--pool", "vtb-docker", "--type", "docker", "--name", "docker-a"],
         cluster.tmp / "docker-a.log",
