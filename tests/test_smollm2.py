@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -92,15 +93,19 @@ def test_the_harness_prompts_as_the_trainer_trained(smol_dir, monkeypatch):
     assert prompt_ids == client.tokenize(served[0], add_special_tokens=True)  # what completions encodes
 
 
-def test_a_shrunk_smollm2_bench_runs_whole(tmp_path, prefect_server, monkeypatch):
+def test_a_shrunk_smollm2_bench_runs_whole(smol_dir, tmp_path, prefect_server, monkeypatch):
     """budget=smollm2_cpu, shrunk: LoRA on chat-template prompts, validation and grading through
     the model server, a reference row. The full preset's figures are in the README."""
     from safetensors import safe_open
 
     from flows.bench import run_bench
     from vtb.compose import compose_config
+    from vtb.models import smollm2
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # the bench's provision step gets this module's conversion (checked above) instead of
+    # converting the GGUF once more (~40 s)
+    monkeypatch.setattr(smollm2, "convert_to_hf", lambda out: Path(shutil.copytree(smol_dir, out)))
     cfg = compose_config(
         [
             "model=smollm2",
