@@ -79,6 +79,27 @@ SMALL_OVERRIDES = [
     "analysis.path=false",  # hostile bench turn them on and check them
 ]
 
+# The math bench shrunk below SMALL_OVERRIDES: every step still runs in its
+# sandbox (provision, train, validate, grade), just on a few dozen rows and a 1-layer model.
+TINY_OVERRIDES = [
+    "task.n_pool=200",
+    "task.n_val=10",
+    "task.n_test=10",
+    "task.max_steps=1",
+    "task.initial_data_size=40",
+    "model.n_layer=1",
+    "model.n_embd=32",
+    "model.pretrain_steps=5",
+    "model.pretrain_texts=200",
+    "trainer.epochs=1",
+    "agent.max_iterations=0",
+    "budget.limit=5e12",
+    "reference=false",
+    "null_model_check=false",
+    "base_model_check=false",
+    "+budget.flops_per_cpu_second=1e9",  # no calibration for this shape: the test is the sweep or deployment
+]
+
 
 @pytest.fixture(scope="session")
 def shared_bench_cache(tmp_path_factory):

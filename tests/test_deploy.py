@@ -18,33 +18,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import needs_bwrap, run_deploy_script
+from tests.conftest import TINY_OVERRIDES, needs_bwrap, run_deploy_script
 
 pytestmark = [pytest.mark.slow, needs_bwrap()]
 
 REPO = Path(__file__).resolve().parents[1]
 PREFECT = REPO / ".venv" / "bin" / "prefect"  # the worker's flow runs use its Python: the venv's
 DEPLOYMENT = "vibetraining-nightly-sweep/nightly-sweep"
-# The math bench shrunk below tests/conftest.py's SMALL_OVERRIDES: every step still runs in its
-# sandbox (provision, train, validate, grade), just on a few dozen rows and a 1-layer model.
-TINY_OVERRIDES = [
-    "task.n_pool=200",
-    "task.n_val=10",
-    "task.n_test=10",
-    "task.max_steps=1",
-    "task.initial_data_size=40",
-    "model.n_layer=1",
-    "model.n_embd=32",
-    "model.pretrain_steps=5",
-    "model.pretrain_texts=200",
-    "trainer.epochs=1",
-    "agent.max_iterations=0",
-    "budget.limit=5e12",
-    "reference=false",
-    "null_model_check=false",
-    "base_model_check=false",
-    "+budget.flops_per_cpu_second=1e9",  # no calibration for this model shape: the test is the deployment
-]
 
 
 def _free_port() -> int:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import needs_bwrap, run_deploy_script
-from tests.test_deploy import PREFECT, REPO, TINY_OVERRIDES, Proc, _descendants, _free_port, _wait_for
+from tests.conftest import TINY_OVERRIDES, needs_bwrap, run_deploy_script
+from tests.test_deploy import PREFECT, REPO, Proc, _descendants, _free_port, _wait_for
 
 pytestmark = [pytest.mark.slow, needs_bwrap()]
 POOL = "vtb-local"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SMALL_OVERRIDES, needs_bwrap
+from tests.conftest import TINY_OVERRIDES, needs_bwrap
 
 pytestmark = [pytest.mark.slow, needs_bwrap()]
 
@@ -20,7 +20,7 @@ def test_sweep_runs_benches_survives_a_failure_and_writes_the_leaderboard(tmp_pa
         tasks=["math"],
         agents=["noop", "cli"],
         seeds=[0, 1],
-        overrides=SMALL_OVERRIDES,
+        overrides=TINY_OVERRIDES,  # what is tested is the sweep: each bench as small as it gets
         runs_dir=str(tmp_path / "runs"),
         cache_dir=str(tmp_path / "cache"),
         dispatch="inline",  # benches as subflows here (tests/test_dispatch.py: as deployment runs)
