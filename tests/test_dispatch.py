@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -248,11 +249,24 @@ def _power_off(proc: Proc) -> None:
     proc.proc.wait(timeout=30)
 
 
-def test_a_bench_whose_worker_dies_is_retried_on_the_other_one_with_the_same_figures(cluster) -> None:
+def _counted_flops(result: dict) -> float:
+    """The budgeted steps' counted FLOPs (the record's ledger.jsonl, floor top-ups left out)."""
+    lines = (Path(result["location"]["path"]) / "ledger.jsonl").read_text().splitlines()
+    return sum(json.loads(line)["charge"]["flops_reported"] for line in lines)
+
+
+def test_a_bench_whose_worker_dies_is_recomputed_on_the_other_one_with_the_same_figures(cluster) -> None:
+    """The retry lands on a new machine with nothing of this bench in its cache (a cache miss):
+    it recomputes every step and gets the same scores and the same counted FLOPs."""
     assert cluster.first, "needs the first sweep"
     seed = 3
     first = cluster.first[seed]
-    victim = next(m for m in MACHINES if m != first["worker"])  # the machine without this bench's cache
+    victim = next(m for m in MACHINES if m != first["worker"])  # nothing of this bench in its cache
+    survivor = first["worker"]
+    before = json.loads((cluster.tmp / "sweep1" / "runs" / first["run"] / "result.json").read_text())
+    counted = _counted_flops(before)  # read now: the retry writes its record where this one is
+    for folder in (cluster.dirs(survivor)[1], cluster.dirs(survivor)[0] / first["run"]):
+        shutil.rmtree(folder)  # the retry's machine has neither its cache nor its record: a new machine
     record = cluster.dirs(victim)[0] / first["run"]
 
     def kill_mid_bench() -> None:
@@ -271,12 +285,15 @@ def test_a_bench_whose_worker_dies_is_retried_on_the_other_one_with_the_same_fig
     [b] = out["benches"]
     assert record.exists(), "the bench never started on the victim"
     assert b["state"] == "completed", b
-    assert b["tries"] == 2 and b["worker"] == first["worker"] and victim in b["crashes"][0]
+    assert b["tries"] == 2 and b["worker"] == survivor and victim in b["crashes"][0]
     again = json.loads((Path(cfg.runs_dir) / b["run"] / "result.json").read_text())
-    before = json.loads((cluster.tmp / "sweep1" / "runs" / b["run"] / "result.json").read_text())
     for part in ("initial", "submitted"):
         assert again[part]["test_score"] == before[part]["test_score"]
-    assert again["budget"] == before["budget"]  # FLOPs, seconds and the used figure, to the unit
+        assert again[part]["val_score"] == before[part]["val_score"]
+    assert (cluster.dirs(survivor)[1] / "snapshots").is_dir()  # recomputed there, into a new cache
+    # The engines' counted FLOPs are the same to the unit; what the budget charged may differ by
+    # the FLOPs floor's top-ups, which follow the CPU-seconds metered on this run.
+    assert _counted_flops(again) == counted > 0
 
 
 def test_two_gpus_four_benches_never_more_than_one_bench_per_gpu(cluster, monkeypatch) -> None:
