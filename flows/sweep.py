@@ -36,6 +36,7 @@ from prefect.artifacts import create_markdown_artifact
 from flows.bench import bench_flow
 from flows.dispatch import DEPLOYMENT, Job, run_deployments
 from flows.gpu import ensure_limits, gpu_slot
+from flows.signals import stop_on_sigterm
 from flows.watch import bench_tags
 from vtb import leaderboard, safefs
 from vtb.bench import default_run_id, preflight
@@ -291,4 +292,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    stop_on_sigterm()
     main()

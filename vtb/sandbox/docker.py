@@ -19,6 +19,7 @@ once the next run starts.
 
 from __future__ import annotations
 
+import atexit
 import copy
 import glob
 import logging
@@ -168,19 +169,53 @@ def _remove_cgroup(parent: str, timeout: float = 2.0) -> None:
 
 def cleanup_stale(api) -> list[str]:
     """Remove vtb containers whose owner process is gone (a killed orchestrator); their ids."""
+    return _remove_where(api, lambda owner: not owner_alive(owner))
+
+
+def cleanup_own() -> list[str]:
+    """Remove this process's vtb containers; their ids. Run at exit (registered by DockerSandbox):
+    a bench stopped by Ctrl-C or SIGTERM ends while steps in other threads still have theirs."""
+    import docker
+
+    mine = _owner()
+    try:
+        api = docker.APIClient(base_url=os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"))
+        try:
+            return _remove_where(api, lambda owner: owner == mine)
+        finally:
+            api.close()
+    except Exception as e:  # noqa: BLE001 (at exit: log and go on; the next run removes what is left)
+        log.warning("could not remove this process's sandbox containers: %s", e)
+        return []
+
+
+def _remove_where(api, owned_by) -> list[str]:
+    """Remove the vtb containers whose `vtb.owner` label satisfies `owned_by`, and their cgroups."""
     removed = []
     for c in api.containers(all=True, filters={"label": LABEL}):
         labels = c.get("Labels") or {}
-        if owner_alive(labels.get("vtb.owner", "")):
+        if not owned_by(labels.get("vtb.owner", "")):
             continue
         try:
             api.remove_container(c["Id"], force=True)
             removed.append(c["Id"])
         except Exception as e:  # noqa: BLE001 (already gone, or the engine refused: log and go on)
-            log.warning("could not remove stale sandbox container %s: %s", c["Id"][:12], e)
+            log.warning("could not remove sandbox container %s: %s", c["Id"][:12], e)
         if labels.get("vtb.cgroup"):
             _remove_cgroup(labels["vtb.cgroup"])
     return removed
+
+
+_exit_cleanup = threading.Lock()
+_exit_cleanup_registered = False
+
+
+def _register_exit_cleanup() -> None:
+    global _exit_cleanup_registered
+    with _exit_cleanup:
+        if not _exit_cleanup_registered:
+            atexit.register(cleanup_own)
+            _exit_cleanup_registered = True
 
 
 class DockerSandbox:
@@ -233,6 +268,7 @@ class DockerSandbox:
         except docker.errors.ImageNotFound:
             raise RuntimeError(f"sandbox=docker: image {image} is missing; {BUILD_HINT}") from None
         cleanup_stale(self.api)
+        _register_exit_cleanup()
 
     def with_image(self, image: str, disk_mb: int = NATIVE_DISK_MB, keep: bool = False) -> DockerSandbox:
         """This sandbox, starting its containers from a task's own image, as published.
