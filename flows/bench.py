@@ -26,7 +26,7 @@ from prefect import flow, tags
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from flows.gpu import gpu_slot, machine, worker_gpus
-from flows.signals import stop_on_sigterm
+from flows.signals import run_main
 from flows.watch import artifact_key, bench_tags, iteration_rows, send_progress_to_prefect, ui_watch
 from steps import prefect_steps
 from vtb import record
@@ -128,5 +128,4 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
-    stop_on_sigterm()
-    main()
+    run_main(main)

@@ -1,16 +1,26 @@
-"""SIGTERM ends a bench or a sweep the way Ctrl-C does.
+"""SIGTERM ends a bench or a sweep the way Ctrl-C does, and Ctrl-C ends it now.
 
 Schedulers stop jobs with SIGTERM (`kill`, Slurm's `scancel`, `docker stop`, a CI timeout).
 Python's default action for it ends the process on the spot: no `finally`, no `atexit`. Prefect's
-temporary API server is then left running (one per killed run, measured), the flow run stays
-Running on a real server, and docker sandboxes wait for the next run to remove them. As a
-KeyboardInterrupt, Prefect marks the runs Crashed and stops its server, and the steps' `finally`
-blocks stop their sandboxes, as after Ctrl-C. Nothing cached is lost either way: a rerun resumes.
+temporary API server was then left running (one per stopped run, measured) and docker sandboxes
+waited for the next run to remove them. As a KeyboardInterrupt, Prefect marks the run Crashed and
+the exit hooks run: Prefect stops its server, vtb.sandbox.docker removes this process's containers.
+
+Steps and an inline sweep's benches run in worker threads, which Python joins at exit: a stopped
+sweep would wait for its running benches to end. So after the interrupt the exit hooks run here
+and the process leaves at once; bwrap sandboxes die with it (--die-with-parent). Nothing cached
+is lost: a rerun resumes from the finished steps.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
 import signal
+import sys
+from collections.abc import Callable
+
+INTERRUPTED = 130  # the shell's code for a process ended by SIGINT
 
 
 def _interrupt(signum: int, _frame: object) -> None:
@@ -20,3 +30,16 @@ def _interrupt(signum: int, _frame: object) -> None:
 def stop_on_sigterm() -> None:
     """Make SIGTERM raise KeyboardInterrupt in the main thread (call it from `__main__` only)."""
     signal.signal(signal.SIGTERM, _interrupt)
+
+
+def run_main(main: Callable[[], object]) -> None:
+    """Run a command-line entry point; stopped by Ctrl-C or SIGTERM, clean up and exit now."""
+    stop_on_sigterm()
+    try:
+        main()
+    except KeyboardInterrupt as e:
+        print(f"interrupted ({e or 'Ctrl-C'}): cleaning up and exiting; a rerun resumes", file=sys.stderr)
+        sys.stderr.flush()
+        sys.stdout.flush()
+        atexit._run_exitfuncs()  # Prefect's temporary server, docker sandboxes: not the worker threads
+        os._exit(INTERRUPTED)

@@ -36,7 +36,7 @@ from prefect.artifacts import create_markdown_artifact
 from flows.bench import bench_flow
 from flows.dispatch import DEPLOYMENT, Job, run_deployments
 from flows.gpu import ensure_limits, gpu_slot
-from flows.signals import stop_on_sigterm
+from flows.signals import run_main
 from flows.watch import bench_tags
 from vtb import leaderboard, safefs
 from vtb.bench import default_run_id, preflight
@@ -157,11 +157,16 @@ def run_benches(
         with gpu_slot([str(g) for g in gpus]) as gpu:
             return {**run_one(with_gpu(cfg, gpu)), "gpu": gpu}
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    pool = ThreadPoolExecutor(max_workers=workers)
+    try:
         # each job in a copy of this thread's context: Prefect's flow run context comes along, so
         # the benches are subflow runs of the sweep's flow run (a bare thread starts top-level runs)
         futures = [pool.submit(contextvars.copy_context().run, on_slot, cfg) for cfg in configs]
         return [f.result() for f in futures]
+    finally:
+        # Stopped (Ctrl-C, SIGTERM): the queued benches never start. A `with` block would wait
+        # for every one of them; the running ones end with the process (flows/signals.py).
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def deployed_benches(cfg: SweepConfig) -> list[dict]:
@@ -292,5 +297,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    stop_on_sigterm()
-    main()
+    run_main(main)
