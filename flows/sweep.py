@@ -157,16 +157,19 @@ def run_benches(
         with gpu_slot([str(g) for g in gpus]) as gpu:
             return {**run_one(with_gpu(cfg, gpu)), "gpu": gpu}
 
-    pool = ThreadPoolExecutor(max_workers=workers)
+    pool, stopped = ThreadPoolExecutor(max_workers=workers), False
     try:
         # each job in a copy of this thread's context: Prefect's flow run context comes along, so
         # the benches are subflow runs of the sweep's flow run (a bare thread starts top-level runs)
         futures = [pool.submit(contextvars.copy_context().run, on_slot, cfg) for cfg in configs]
         return [f.result() for f in futures]
+    except BaseException as e:
+        stopped = not isinstance(e, Exception)  # Ctrl-C, or Prefect's TerminationSignal for SIGTERM
+        raise
     finally:
-        # Stopped (Ctrl-C, SIGTERM): the queued benches never start. A `with` block would wait
-        # for every one of them; the running ones end with the process (flows/signals.py).
-        pool.shutdown(wait=False, cancel_futures=True)
+        # Stopped (Ctrl-C, SIGTERM): the queued benches never start and the running ones end
+        # with the process (flows/signals.py); a `with` block would run them all first.
+        pool.shutdown(wait=not stopped, cancel_futures=stopped)
 
 
 def deployed_benches(cfg: SweepConfig) -> list[dict]:
