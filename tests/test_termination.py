@@ -19,6 +19,7 @@ import pytest
 
 from flows.signals import INTERRUPTED
 from tests.conftest import TINY_OVERRIDES, sandbox_backend
+from vtb.sandbox.docker import LABEL
 from vtb.sandbox.proctree import read_stat, tree
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,7 +31,7 @@ def _containers_of(pid: int) -> list[str]:
 
     api = docker.APIClient()
     try:
-        found = api.containers(all=True, filters={"label": "vtb.sandbox"})
+        found = api.containers(all=True, filters={"label": LABEL})
     finally:
         api.close()
     return [

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import copy
+import functools
 import glob
 import logging
 import os
@@ -172,14 +173,19 @@ def cleanup_stale(api) -> list[str]:
     return _remove_where(api, lambda owner: not owner_alive(owner))
 
 
+def engine_client():
+    """A low-level client of the Docker Engine at $DOCKER_HOST (the local socket by default)."""
+    import docker
+
+    return docker.APIClient(base_url=os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"))
+
+
 def cleanup_own() -> list[str]:
     """Remove this process's vtb containers; their ids. Run at exit (registered by DockerSandbox):
     a bench stopped by Ctrl-C or SIGTERM ends while steps in other threads still have theirs."""
-    import docker
-
     mine = _owner()
     try:
-        api = docker.APIClient(base_url=os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"))
+        api = engine_client()
         try:
             return _remove_where(api, lambda owner: owner == mine)
         finally:
@@ -206,16 +212,10 @@ def _remove_where(api, owned_by) -> list[str]:
     return removed
 
 
-_exit_cleanup = threading.Lock()
-_exit_cleanup_registered = False
-
-
+@functools.cache
 def _register_exit_cleanup() -> None:
-    global _exit_cleanup_registered
-    with _exit_cleanup:
-        if not _exit_cleanup_registered:
-            atexit.register(cleanup_own)
-            _exit_cleanup_registered = True
+    """cleanup_own at exit, registered once per process (by the first DockerSandbox)."""
+    atexit.register(cleanup_own)
 
 
 class DockerSandbox:
@@ -257,9 +257,7 @@ class DockerSandbox:
         self.tmp_mb = tmp_mb
         self._docker = docker
         try:
-            self.api = client or docker.APIClient(
-                base_url=os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-            )
+            self.api = client or engine_client()
             self.api.ping()
         except Exception as e:  # noqa: BLE001 (any failure to reach the engine means the same to the user)
             raise RuntimeError(f"sandbox=docker: no Docker Engine answers ({e}); {ENGINE_HINT}") from e
