@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, ...]] = [
         "vtb.leaderboard",
         "vtb.result_check",
     ),
-    ("vtb.runner", "vtb.workspace", "vtb.record", "vtb.blind", "vtb.serve", "vtb.contamination"),
+    ("vtb.runner", "vtb.workspace", "vtb.record", "vtb.blind", "vtb.serve", "vtb.contamination", "vtb.preflight"),
     ("vtb.domains", "vtb.agents", "vtb.calibrate", "vtb.service"),
     ("vtb.keys", "vtb.compose"),
     ("vtb.pipeline", "vtb.analysis"),

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from vtb import analysis, contamination, keys, noise, pipeline, progress, record
+from vtb import preflight as preflight_checks
 from vtb.agents import Feedback, best_of, make_agent
 from vtb.blind import null_model, secret_of
 from vtb.config import BenchConfig, ModelConfig
@@ -172,13 +173,10 @@ class Bench:
         self.data: DataResult = self._call(
             "data", "provision-data", key=keys.data_key(cfg.task), task_cfg=cfg.task, cache=str(self.cache)
         )
-        # A domain may refuse data the backend would run unfaithfully (terminal: tasks built from a Dockerfile).
-        check = getattr(get_domain(cfg.task.name), "check_sandbox", None)
-        if check is not None:
-            check(Path(self.data.data_dir), cfg.sandbox.backend)
+        self.data_dir = Path(self.data.data_dir)
+        self.initial = self._preflight()
         self.model = self._provision_model(cfg.model, "provision-model")
-        self.data_dir, self.base_dir = Path(self.data.data_dir), Path(self.model.base_dir)
-        self.initial = pipeline.build_system("initial", cfg, self.data_dir, self.store)
+        self.base_dir = Path(self.model.base_dir)
         self._log(f"data {self.data.counts}, base model {self.model.n_params} params")
         self._log(
             "FLOPs floor: this machine's engine rates for this model shape (measured once, then cached)"
@@ -188,6 +186,31 @@ class Bench:
         )
         self.ledger.floor = floor_of(cfg, calibration)
         self.rec.write_artifact("calibration.json", calibration)  # the FLOPs floor's rates and machine
+
+    def _preflight(self) -> str:
+        """Refuse, before the base model or any budget, a run that cannot give a true number
+        (vtb/preflight.py); returns the initial system's snapshot id, written on the way."""
+        cfg, domain = self.cfg, get_domain(self.cfg.task.name)
+        preflight_checks.check_sizes(cfg.task, self.data.counts)
+        initial = pipeline.build_system("initial", cfg, self.data_dir, self.store)
+        reference = (
+            pipeline.build_system("reference", cfg, self.data_dir, self.store) if cfg.reference else None
+        )
+        systems = preflight_checks.Systems(
+            self.store / initial, self.store / reference if reference else None
+        )
+        t0 = time.monotonic()
+        checked = preflight_checks.check_domain(domain, cfg.task, self.data_dir, systems, cfg.sandbox)
+        self.rec.write_artifact(
+            "preflight.json",
+            {
+                "splits": self.data.counts,
+                "checked": ["splits", *checked],
+                "seconds": round(time.monotonic() - t0, 3),
+            },
+        )
+        self._log(f"preflight passed: {', '.join(['splits', *checked])}")
+        return initial
 
     def _provision_model(self, model: ModelConfig, run_name: str) -> ModelResult:
         return self._call(

@@ -15,12 +15,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from vtb.config import TaskConfig
+from vtb.config import SandboxConfig, TaskConfig
 from vtb.domains import common
 from vtb.domains.registry import register_domain
 from vtb.domains.swe import generator, grading, real
 from vtb.domains.swe.env import SweEpisode
 from vtb.domains.swe.kit import datatools, prompting
+from vtb.preflight import Problem, Systems
 
 HARNESSES = Path(__file__).parent / "kit" / "harnesses"
 REFERENCE_TRAINER = {"method": "full", "lr": 3e-3, "epochs": 6, "batch_size": 16, "lr_schedule": "cosine"}
@@ -129,6 +130,16 @@ class SweDomain(common.RowSystems):
         if all("files" in i for i in instances):
             return [SweEpisode(i, sandbox, scratch) for i in instances]
         return [shell_episode(i, sandbox, scratch, task) for i in instances]
+
+    def preflight(
+        self, task: TaskConfig, data_dir: Path, systems: Systems, sandbox: SandboxConfig
+    ) -> list[Problem]:
+        """vtb/preflight.py: the backend can run every task's environment."""
+        try:
+            self.check_sandbox(data_dir, sandbox.backend)
+        except ValueError as e:
+            return [Problem(f"sandbox={sandbox.backend}", str(e), "use sandbox=docker")]
+        return []
 
     def check_sandbox(self, data_dir: Path, backend: str) -> None:
         """Refuse, at provisioning, real instances on a backend that cannot run their images."""

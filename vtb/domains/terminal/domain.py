@@ -13,12 +13,13 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vtb.config import TaskConfig
+from vtb.config import SandboxConfig, TaskConfig
 from vtb.domains import common, salt
 from vtb.domains.registry import register_domain
 from vtb.domains.terminal import generator, images, loaders
 from vtb.domains.terminal.env import TerminalEpisode
 from vtb.domains.terminal.kit import datatools
+from vtb.preflight import Problem, Systems
 
 HARNESSES = Path(__file__).parent / "kit" / "harnesses"
 REFERENCE_TRAINER = {"method": "full", "lr": 3e-3, "epochs": 4, "batch_size": 16, "lr_schedule": "cosine"}
@@ -124,6 +125,16 @@ class TerminalDomain(common.RowSystems):
             for t in tasks
             for trial in range(trials)
         ]
+
+    def preflight(
+        self, task: TaskConfig, data_dir: Path, systems: Systems, sandbox: SandboxConfig
+    ) -> list[Problem]:
+        """vtb/preflight.py: the backend can run every task's environment."""
+        try:
+            self.check_sandbox(data_dir, sandbox.backend)
+        except ValueError as e:
+            return [Problem(f"sandbox={sandbox.backend}", str(e), "use sandbox=docker")]
+        return []
 
     def check_sandbox(self, data_dir: Path, backend: str) -> None:
         """Refuse, at provisioning, tasks the backend would run with a missing environment."""

@@ -1,0 +1,55 @@
+"""vtb/preflight.py: the split-size check, the error's form, and the domain hook's contract."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vtb.config import SandboxConfig, TaskConfig
+from vtb.preflight import PreflightError, Problem, Systems, check_domain, check_sizes, sample, split_sizes
+
+
+def test_splits_as_asked_pass():
+    assert split_sizes(TaskConfig(n_val=2, n_test=3), {"pool": 5, "val": 2, "test": 3}) == []
+
+
+def test_a_thirty_item_set_with_default_sizes_is_refused_with_sizes_that_fit():
+    # AIME: 30 problems, val takes the default 100 first, nothing is left for test or pool
+    task = TaskConfig(source="aime", n_val=100, n_test=200)
+    with pytest.raises(PreflightError) as err:
+        check_sizes(task, {"pool": 0, "val": 30, "test": 0})
+    msg = str(err.value)
+    assert "split test: has 0 items, the config asks for 200" in msg
+    assert "split val: has 30 items, the config asks for 100" in msg
+    assert "split pool: has 0 items" in msg
+    assert "task.n_val=7 task.n_test=15" in msg  # 30 items: a quarter for val, half for test
+    assert msg.count("Fix:") == 3 and "Traceback" not in msg
+
+
+def test_too_few_items_for_any_bench_names_the_data_set():
+    (p,) = [x for x in split_sizes(TaskConfig(n_val=1, n_test=1), {"pool": 0, "val": 1, "test": 1})]
+    assert p.where == "split pool" and "at least 3" in p.fix
+
+
+def test_sample_is_spread_and_deterministic():
+    assert sample(list(range(10)), 3) == [0, 4, 9]  # round(4.5) is 4: banker's rounding, fixed
+    assert sample([1, 2], 3) == [1, 2]
+
+
+class _Refuses:
+    name = "refuses"
+
+    def preflight(self, task, data_dir, systems, sandbox):
+        return [Problem("item x-1", "its gold answer scores 0", "fix the record")]
+
+
+class _Silent:
+    name = "silent"
+
+
+def test_a_domain_hook_is_called_and_its_problems_refuse_the_run(tmp_path: Path):
+    systems = Systems(tmp_path, None)
+    with pytest.raises(PreflightError, match=r"item x-1: its gold answer scores 0\. Fix: fix the record"):
+        check_domain(_Refuses(), TaskConfig(name="refuses"), tmp_path, systems, SandboxConfig())
+    assert check_domain(_Silent(), TaskConfig(name="silent"), tmp_path, systems, SandboxConfig()) == []
