@@ -26,11 +26,11 @@ from prefect import flow, tags
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from flows.gpu import gpu_slot, machine, worker_gpus
-from flows.signals import run_main
+from flows.signals import refuse, run_main
 from flows.watch import artifact_key, bench_tags, iteration_rows, send_progress_to_prefect, ui_watch
 from steps import prefect_steps
 from vtb import record
-from vtb.bench import Bench, default_run_id, preflight
+from vtb.bench import Bench, default_run_id, preflight, preflight_data
 from vtb.compose import compose_config, to_config
 from vtb.config import CONF_DIR, BenchConfig
 
@@ -38,9 +38,16 @@ from vtb.config import CONF_DIR, BenchConfig
 def run_bench(cfg: BenchConfig) -> dict:
     """Run one bench as a Prefect flow run, tagged (flows/watch.py `bench_tags`); returns result.json's content."""
     name = default_run_id(cfg) if cfg.run_id is None else cfg.run_id
-    preflight(cfg)
+    check_bench(cfg)
     with tags(*bench_tags(cfg)):
         return bench_flow.with_options(flow_run_name=name)(cfg)
+
+
+def check_bench(cfg: BenchConfig) -> None:
+    """Everything checkable before the flow starts: the config (agent, GPUs, budget unit), then
+    the data and systems (vtb/preflight.py). A ValueError here has spent no budget."""
+    preflight(cfg)
+    preflight_data(cfg)
 
 
 @flow(name="vibetraining-bench", validate_parameters=False)
@@ -124,7 +131,12 @@ def publish_artifacts(run_id: str, run_dir: Path, history: list[dict]) -> None:
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="bench")
 def main(cfg: DictConfig) -> float:
-    return run_bench(to_config(cfg))["submitted"]["test_score"]
+    bench_cfg = to_config(cfg)
+    try:
+        check_bench(bench_cfg)
+    except ValueError as e:  # a refusal before any work: the reason and the fix, no traceback
+        refuse(e)
+    return run_bench(bench_cfg)["submitted"]["test_score"]
 
 
 if __name__ == "__main__":

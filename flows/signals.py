@@ -21,6 +21,7 @@ import sys
 from collections.abc import Callable
 
 INTERRUPTED = 130  # the shell's code for a process ended by SIGINT
+REFUSED = 2  # a run refused before any work (preflight): the config or the data must change
 
 
 def _interrupt(signum: int, _frame: object) -> None:
@@ -43,3 +44,12 @@ def run_main(main: Callable[[], object]) -> None:
         sys.stdout.flush()
         atexit._run_exitfuncs()  # Prefect's temporary server, docker sandboxes: not the worker threads
         os._exit(INTERRUPTED)
+
+
+def refuse(reason: BaseException) -> None:
+    """End a command refused before any work: its reason (which names the fix) once, exit REFUSED.
+
+    A SystemExit, so Hydra and Prefect print no traceback over it; nothing was spent."""
+    print(f"refused: {reason}", file=sys.stderr)
+    sys.stderr.flush()
+    raise SystemExit(REFUSED)

@@ -20,15 +20,18 @@ def test_a_thirty_item_set_with_default_sizes_is_refused_with_sizes_that_fit():
     with pytest.raises(PreflightError) as err:
         check_sizes(task, {"pool": 0, "val": 30, "test": 0})
     msg = str(err.value)
-    assert "split test: has 0 items, the config asks for 200" in msg
-    assert "split val: has 30 items, the config asks for 100" in msg
+    assert "split test: has 0 items, 200 needed (task.n_test=200)" in msg
+    assert "split val: has 30 items, 100 needed (task.n_val=100)" in msg
     assert "split pool: has 0 items" in msg
     assert "task.n_val=7 task.n_test=15" in msg  # 30 items: a quarter for val, half for test
     assert msg.count("Fix:") == 3 and "Traceback" not in msg
 
 
 def test_too_few_items_for_any_bench_names_the_data_set():
-    (p,) = [x for x in split_sizes(TaskConfig(n_val=1, n_test=1), {"pool": 0, "val": 1, "test": 1})]
+    (p,) = [
+        x
+        for x in split_sizes(TaskConfig(source="gsm8k", n_val=1, n_test=1), {"pool": 0, "val": 1, "test": 1})
+    ]
     assert p.where == "split pool" and "at least 3" in p.fix
 
 
@@ -53,3 +56,40 @@ def test_a_domain_hook_is_called_and_its_problems_refuse_the_run(tmp_path: Path)
     with pytest.raises(PreflightError, match=r"item x-1: its gold answer scores 0\. Fix: fix the record"):
         check_domain(_Refuses(), TaskConfig(name="refuses"), tmp_path, systems, SandboxConfig())
     assert check_domain(_Silent(), TaskConfig(name="silent"), tmp_path, systems, SandboxConfig()) == []
+
+
+def test_an_embedded_split_asked_empty_is_refused_with_the_setting():
+    (p,) = split_sizes(TaskConfig(n_val=5, n_test=0), {"pool": 10, "val": 5, "test": 0})
+    assert "0 items, 1 needed (task.n_test=0)" in p.what and p.fix.startswith("set task.n_test>=1")
+
+
+def test_the_cli_refuses_in_seconds_with_one_message_and_spends_nothing(tmp_path: Path):
+    """`python -m flows.bench` with an empty test split: exit 2, the reason and the fix once, no
+    traceback, no base model provisioned, no flow run started (so no run record)."""
+    import subprocess
+    import sys
+    import time
+
+    repo = Path(__file__).resolve().parents[1]
+    t0 = time.monotonic()
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "flows.bench",
+            "task.n_test=0",
+            f"runs_dir={tmp_path / 'runs'}",
+            f"cache_dir={tmp_path / 'cache'}",
+        ],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    seconds = time.monotonic() - t0
+    text = out.stdout + out.stderr
+    assert out.returncode == 2, text[-3000:]
+    assert text.count("split test: has 0 items") == 1 and "Fix: set task.n_test>=1" in text
+    assert "Traceback" not in text and seconds < 60
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["data", "snapshots"]  # no model
+    assert not (tmp_path / "runs").exists()

@@ -188,28 +188,11 @@ class Bench:
         self.rec.write_artifact("calibration.json", calibration)  # the FLOPs floor's rates and machine
 
     def _preflight(self) -> str:
-        """Refuse, before the base model or any budget, a run that cannot give a true number
-        (vtb/preflight.py); returns the initial system's snapshot id, written on the way."""
-        cfg, domain = self.cfg, get_domain(self.cfg.task.name)
-        preflight_checks.check_sizes(cfg.task, self.data.counts)
-        initial = pipeline.build_system("initial", cfg, self.data_dir, self.store)
-        reference = (
-            pipeline.build_system("reference", cfg, self.data_dir, self.store) if cfg.reference else None
-        )
-        systems = preflight_checks.Systems(
-            self.store / initial, self.store / reference if reference else None
-        )
-        t0 = time.monotonic()
-        checked = preflight_checks.check_domain(domain, cfg.task, self.data_dir, systems, cfg.sandbox)
-        self.rec.write_artifact(
-            "preflight.json",
-            {
-                "splits": self.data.counts,
-                "checked": ["splits", *checked],
-                "seconds": round(time.monotonic() - t0, 3),
-            },
-        )
-        self._log(f"preflight passed: {', '.join(['splits', *checked])}")
+        """vtb/preflight.py before the base model or any budget; returns the initial system's
+        snapshot id, written on the way. Its summary goes into the run record."""
+        initial, summary = check_data(self.cfg, self.data, self.store)
+        self.rec.write_artifact("preflight.json", summary)
+        self._log(f"preflight passed: {', '.join(summary['checked'])}")
         return initial
 
     def _provision_model(self, model: ModelConfig, run_name: str) -> ModelResult:
@@ -705,6 +688,45 @@ def preflight(cfg: BenchConfig) -> None:
     check_budget(cfg.budget.unit, cfg.sandbox.gpus)  # a budget that cannot be metered
     check_gpu_settings(cfg)  # GPU presets without a GPU
     make_agent(cfg.agent)  # a misconfigured agent (no endpoint, CLI not installed)
+
+
+_PASSED: dict[str, dict] = {}  # preflight summaries by what they checked: once per process
+
+
+def check_data(cfg: BenchConfig, data: DataResult, store: Path) -> tuple[str, dict]:
+    """The data preflight (vtb/preflight.py): split sizes before any system is written from them,
+    then the initial and reference systems are written (snapshots in `store`) and the domain checks
+    them with its data. Returns the initial system's snapshot id and what was checked.
+
+    The CLI runs it before the flow starts (`preflight_data`), so a refusal is one message, and
+    the bench again inside the flow (sweeps and deployments start there); what passed once in a
+    process is not checked twice.
+    """
+    preflight_checks.check_sizes(cfg.task, data.counts)
+    data_dir = Path(data.data_dir)
+    initial = pipeline.build_system("initial", cfg, data_dir, store)
+    reference = pipeline.build_system("reference", cfg, data_dir, store) if cfg.reference else None
+    memo = hash_json([data.hashes, initial, reference, asdict(cfg.task), asdict(cfg.sandbox)])
+    if memo not in _PASSED:
+        t0 = time.monotonic()
+        systems = preflight_checks.Systems(store / initial, store / reference if reference else None)
+        checked = preflight_checks.check_domain(
+            get_domain(cfg.task.name), cfg.task, data_dir, systems, cfg.sandbox
+        )
+        _PASSED[memo] = {
+            "splits": data.counts,
+            "checked": ["splits", *checked],
+            "seconds": round(time.monotonic() - t0, 3),
+        }
+    return initial, _PASSED[memo]
+
+
+def preflight_data(cfg: BenchConfig) -> None:
+    """The data preflight before a flow starts: the data step's own function (its folder is the
+    step's cache, so the flow's data step then finds it done) and `check_data`."""
+    _, cache = cfg.paths()
+    (cache / "snapshots").mkdir(parents=True, exist_ok=True)
+    check_data(cfg, pipeline.provision_data(cfg.task, cache), cache / "snapshots")
 
 
 def check_gpu_settings(cfg: BenchConfig) -> None:

@@ -45,7 +45,7 @@ class PreflightError(ValueError):
         self.problems = list(problems)
         lines = "\n".join(f"  - {p}" for p in self.problems)
         super().__init__(
-            f"preflight refused task={task} before any budget was spent "
+            f"preflight: task={task} cannot give a true score, so nothing was run or spent "
             f"({len(self.problems)} problem{'s' if len(self.problems) != 1 else ''}):\n{lines}"
         )
 
@@ -80,11 +80,19 @@ def split_sizes(task: TaskConfig, counts: dict[str, int]) -> list[Problem]:
     short = [s for s in SPLITS if counts.get(s, 0) < max(1, asked.get(s, 1))]
     if not short:
         return []
-    fix = _size_fix(task, total)
+    fix = (
+        _size_fix(task, total)
+        if task.source != "embedded"
+        else "set "
+        + " ".join(f"task.n_{s}>=1" for s in short)
+        + " (the embedded generator makes as many items as asked)"
+    )
     return [
         Problem(
             f"split {s}",
-            f"has {counts.get(s, 0)} items, the config asks for {max(1, asked.get(s, 1))} "
+            f"has {counts.get(s, 0)} items, {max(1, asked.get(s, 1))} needed"
+            + (f" (task.n_{s}={asked[s]})" if s in asked else "")
+            + " "
             f"(source {task.source}: {total} items in all, cut into "
             + ", ".join(f"{k} {counts.get(k, 0)}" for k in SPLITS)
             + ")",
