@@ -18,7 +18,7 @@ from pathlib import Path
 from vtb.config import SandboxConfig, TaskConfig
 from vtb.domains import common
 from vtb.domains.registry import register_domain
-from vtb.domains.swe import generator, grading, real
+from vtb.domains.swe import checks, generator, grading, real
 from vtb.domains.swe.env import SweEpisode
 from vtb.domains.swe.kit import datatools, prompting
 from vtb.preflight import Problem, Systems
@@ -57,6 +57,9 @@ class SweConfig(TaskConfig):
     image_namespace: str | None = None  # official.official_spec: None = every known name
     image: str | None = None  # an explicit image name ("{instance_id}" filled in)
     pull: bool = False  # pull a missing image (needs network on the engine)
+    # A swebench task repo (local folder: tasks/<instance_id>/eval.sh, task.yaml): completes records
+    # in the data set card's schema (no eval_script) with their eval script, image and log parser.
+    task_repo: str | None = None
 
 
 @register_domain("swe")
@@ -134,12 +137,25 @@ class SweDomain(common.RowSystems):
     def preflight(
         self, task: TaskConfig, data_dir: Path, systems: Systems, sandbox: SandboxConfig
     ) -> list[Problem]:
-        """vtb/preflight.py: the backend can run every task's environment."""
+        """vtb/preflight.py: the backend runs every task's environment, every played instance has
+        its eval script and image, and the grader resolves a gold item (checks.py)."""
         try:
             self.check_sandbox(data_dir, sandbox.backend)
         except ValueError as e:
             return [Problem(f"sandbox={sandbox.backend}", str(e), "use sandbox=docker")]
-        return []
+        played = [i for name in checks.PLAYED for i in self.split(data_dir, name)]
+        embedded = [i for i in played if "files" in i]
+        problems = checks.embedded_problems(embedded, sandbox)
+        reals = [i for i in played if "files" not in i]
+        if reals:
+            from vtb.domains.swe import official
+
+            try:
+                api = official.docker_api()
+            except RuntimeError as e:
+                return [*problems, Problem("sandbox=docker", str(e), "start the Docker Engine")]
+            problems += checks.real_problems(reals, task, api)
+        return problems
 
     def check_sandbox(self, data_dir: Path, backend: str) -> None:
         """Refuse, at provisioning, real instances on a backend that cannot run their images."""
@@ -194,14 +210,6 @@ def _functions(files: dict[str, str]) -> list[str]:
 
 def shell_episode(instance: dict, sandbox, scratch: Path, task: TaskConfig) -> real.SweShellEpisode:
     """A real instance's episode: shell commands in its official image (real.py)."""
-    from vtb.sandbox.base import Limits
-
-    grade = Limits(
-        wall_seconds=getattr(task, "grade_seconds", 1800.0),
-        cpu_seconds=4 * getattr(task, "grade_seconds", 1800.0),
-        memory_mb=real.GRADE_LIMITS.memory_mb,
-        max_processes=real.GRADE_LIMITS.max_processes,
-    )
     return real.SweShellEpisode(
         instance,
         sandbox,
@@ -209,7 +217,8 @@ def shell_episode(instance: dict, sandbox, scratch: Path, task: TaskConfig) -> r
         real.image_of(instance, sandbox, task),
         max_steps=getattr(task, "max_steps_per_episode", 30),
         agent_seconds=getattr(task, "agent_seconds", 600.0),
-        grade_limits=grade,
+        grade_limits=real.grade_limits(task),
+        task_repo=getattr(task, "task_repo", None),
     )
 
 

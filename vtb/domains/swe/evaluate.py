@@ -2,6 +2,7 @@
 
     python -m vtb.domains.swe.evaluate --predictions P --dataset D [--instance-ids ...]
         [--max-workers N] [--run-id R] [--output-dir O] [--sandbox bwrap|docker] [--pull]
+        [--task-repo T]
 
 Why a CLI of our own next to swebench's: the same predictions can then be graded on the
 official images (official.py: swebench's specs, eval scripts and log parsers, run in this
@@ -9,7 +10,12 @@ project's sandbox, with a forgery guard on the log markers) and on the embedded 
 miniature (instances that carry their repository in "files", graded by grading.py on bwrap or
 docker), with one output layout: <O>/logs/run_evaluation/<R>/<model>/<instance>/{report.json,
 test_output.txt, patch.diff} and the run report <O>/<model>.<R>.json (grading.run_summary).
-An instance that fails to grade is that instance's error; the run goes on.
+An instance that fails to grade is that instance's error; the run goes on, and ends with exit
+code 1 (a run with an errored instance is no score); 2 for a run that could not start (bad
+predictions or dataset, no swebench package); 0 when every instance was graded.
+
+Records in the data set card's schema (no eval_script) take theirs from a swebench task repo
+(--task-repo, taskrepo.py); without one, each is that instance's error, by name.
 """
 
 from __future__ import annotations
@@ -137,6 +143,7 @@ class Grader:
                 namespace=self.args.namespace,
                 image=self.args.image,
                 disk_mb=self.args.disk_mb,
+                task_repo=self.args.task_repo,
             )
         except official.SwebenchMissing:
             raise
@@ -234,6 +241,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--pull", action="store_true", help="docker pull a missing official image")
     p.add_argument("--namespace", default=None, help="image namespace (swebench); 'none' = local names only")
     p.add_argument("--image", default=None, help="image name for every instance ({instance_id} filled in)")
+    p.add_argument(
+        "--task-repo",
+        default=None,
+        help="swebench task repo (local folder) for records without eval_script (the data set card's schema)",
+    )
     p.add_argument("--timeout", type=float, default=1800.0, help="wall seconds per instance")
     p.add_argument("--cpu-seconds", type=float, default=None, help="CPU-seconds per instance (4 x timeout)")
     p.add_argument("--memory-mb", type=int, default=official.DEFAULT_LIMITS.memory_mb)
@@ -249,10 +261,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --run-id {args.run_id!r} is not a plain name", file=sys.stderr)
         return 2
     try:
-        run(args)
+        summaries = run(args)
     except (ValueError, OSError, official.SwebenchMissing) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    errored = sorted(i for s in summaries.values() for i in s["error_ids"])
+    if errored:
+        print(
+            f"error: {len(errored)} instance(s) could not be graded ({', '.join(errored)}): "
+            "no score; each one's reason is in its report.json and above",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

@@ -27,7 +27,6 @@ printing PASSED and exiting 0); the sandbox bounds that to this instance's score
 
 from __future__ import annotations
 
-import os
 import secrets
 import tempfile
 from dataclasses import dataclass
@@ -123,16 +122,25 @@ def image_names(instance_id: str, namespace: str | None = DEFAULT_NAMESPACE) -> 
     return local, remote
 
 
-def _v5_instance(instance: dict) -> dict:
-    """swebench 5 reads image, eval script and parser from the instance: fill what can be known."""
+def _v5_instance(instance: dict, task_repo: str | None = None) -> dict:
+    """swebench 5 reads image, eval script and parser from the instance: fill what can be known.
+
+    A record in the data set card's schema has no eval_script; swebench 5's source of truth for
+    it is a task repo (tasks/<instance_id>/eval.sh, task.yaml: swebench.task.repo), so it is
+    completed from `task_repo` (taskrepo.py), or refused by name with that fix.
+    """
     iid = instance["instance_id"]
     if not instance.get("eval_script"):
-        raise ValueError(
-            f"{iid}: the instance has no eval_script. swebench 5 takes the eval script from the data set "
-            "(the current SWE-bench/SWE-bench_Verified revision carries it, with image, log_parser and "
-            "eval_type); for a data set of the older schema install swebench 4 (pip install "
-            "'swebench>=4,<5'), which builds it from its per-repository tables"
-        )
+        if not task_repo:
+            raise ValueError(
+                f"{iid}: the record has no eval_script (the data set card's schema). swebench 5 takes "
+                "an instance's eval script, image, log_parser and eval_type from a swebench task repo "
+                "(tasks/<instance_id>/eval.sh and task.yaml): set task.task_repo=<local clone of the "
+                "task repo> (evaluate CLI: --task-repo), or use a data set revision that carries eval_script"
+            )
+        from vtb.domains.swe import taskrepo
+
+        instance = taskrepo.complete(instance, task_repo)
     out = dict(instance)
     out.setdefault("image", image_names(iid)[1])
     if not out.get("log_parser"):
@@ -153,25 +161,38 @@ def _parser_name(repo: str, iid: str) -> str:
     by_function = {fn: name for name, fn in log_parsers.PARSER_REGISTRY.items()}
     fn = python.MAP_REPO_TO_PARSER_PY.get(repo)
     if fn is None or fn not in by_function:
-        raise ValueError(f"{iid}: no log_parser field and swebench knows no parser for {repo!r}")
+        raise ValueError(
+            f"{iid}: no log_parser field, and swebench knows no log parser for repo {repo!r} "
+            "(swebench.harness.log_parsers): name one in the record's log_parser field"
+        )
     return by_function[fn]
 
 
-def official_spec(instance: dict, namespace: str | None = None, image: str | None = None) -> Official:
+def official_spec(
+    instance: dict, namespace: str | None = None, image: str | None = None, task_repo: str | None = None
+) -> Official:
     """swebench's TestSpec of `instance`, the images to look for (in order) and its eval script in parts.
 
     image: an explicit image name ("{instance_id}" is filled in) instead of the spec's. namespace:
     where the published image lives ("swebench"); "" or "none" = only the locally built name.
     By default both the spec's own name and the local and namespaced official names are tried.
+    task_repo: a swebench task repo that completes card-format records (no eval_script).
+    Raises ValueError naming the instance when swebench cannot make its spec.
     """
     make_test_spec, _, major = swebench_api()
     iid = instance["instance_id"]
-    if major >= 5:
-        spec = make_test_spec(_v5_instance(instance))
-        own = spec.image
-    else:
-        spec = make_test_spec(instance, namespace=namespace or None)
-        own = spec.instance_image_key
+    try:
+        if major >= 5:
+            spec = make_test_spec(_v5_instance(instance, task_repo))
+            own = spec.image
+        else:  # swebench 4 builds the script from its per-repository, per-version tables
+            spec = make_test_spec(instance, namespace=namespace or None)
+            own = spec.instance_image_key
+    except (KeyError, TypeError) as e:
+        raise ValueError(
+            f"{iid}: swebench {major} cannot make a test spec for repo {instance.get('repo')!r} "
+            f"version {instance.get('version')!r} (missing {e}): it is not an instance swebench knows"
+        ) from None
     local, remote = image_names(iid, namespace if namespace is not None else DEFAULT_NAMESPACE)
     if image:
         images = [image.replace("{instance_id}", iid)]
@@ -202,7 +223,23 @@ def split_eval_script(lines: list[str], iid: str = "") -> tuple[list[str], list[
     return lines[:start], tests, reset
 
 
-def resolve_image(api, names: list[str], pull: bool) -> str:
+def image_howto(names: list[str], iid: str = "<instance_id>", task_repo: str | None = None) -> str:
+    """How to get an instance's image here: pull, load, or build it (scripts/swe_images.py)."""
+    wanted = names[0]
+    repo = task_repo or "<swebench task repo>"
+    return (
+        f"pull it (`docker pull {wanted}`, or task.pull=true / --pull where the engine has network), or "
+        f"pre-load it (elsewhere: `docker pull {wanted} && docker save {wanted} -o img.tar`, here: "
+        f"`docker load -i img.tar`), or build it with swebench's own builder (online: "
+        f"`python scripts/swe_images.py build --task-repo {repo} -i {iid}`); offline, a stand-in in the "
+        f"official layout: `python scripts/swe_images.py stand-in --testbed <git checkout at its "
+        f"base_commit> -i {iid}`"
+    )
+
+
+def resolve_image(
+    api, names: list[str], pull: bool, iid: str = "<instance_id>", task_repo: str | None = None
+) -> str:
     """The first of `names` present locally; else, with pull, the first one pulled; else a clear error."""
     import docker
 
@@ -213,11 +250,7 @@ def resolve_image(api, names: list[str], pull: bool) -> str:
         except docker.errors.ImageNotFound:
             continue
     wanted = names[0]
-    howto = (
-        f"pre-load it (on a machine with network: `docker pull {wanted} && docker save {wanted} -o img.tar`, "
-        "here: `docker load -i img.tar`), or build it with the swebench harness "
-        "(`swebench images build <task repo> -i <instance_id>`)"
-    )
+    howto = image_howto(names, iid, task_repo)
     if not pull:
         raise ImageUnavailable(f"image {wanted} is not here (looked for {', '.join(names)}); {howto}")
     repo, _, tag = wanted.rpartition(":") if ":" in wanted.rsplit("/", 1)[-1] else (wanted, "", "latest")
@@ -325,13 +358,11 @@ def eval_folder(folder: Path, official: Official, patch: str) -> None:
 
 
 def docker_api():
-    """A client of the Docker Engine (DOCKER_HOST or the local socket), or a clear error."""
-    import docker
-
-    from vtb.sandbox.docker import ENGINE_HINT
+    """The Docker Engine's client (vtb.sandbox.docker.engine_client), pinged, or a clear error."""
+    from vtb.sandbox.docker import ENGINE_HINT, engine_client
 
     try:
-        api = docker.APIClient(base_url=os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"))
+        api = engine_client()
         api.ping()
     except Exception as e:  # noqa: BLE001 (any failure to reach the engine means the same here)
         raise RuntimeError(f"no Docker Engine answers ({e}); {ENGINE_HINT}") from None
@@ -349,6 +380,7 @@ def grade_official(
     namespace: str | None = None,
     image: str | None = None,
     disk_mb: int = 4096,
+    task_repo: str | None = None,
 ) -> dict:
     """Grade one prediction on the instance's official image; its report.json dict ({iid: {...}}).
 
@@ -367,9 +399,9 @@ def grade_official(
     bad = unsafe_paths(patch)
     if bad:
         return error_report(iid, f"patch refused, it touches unsafe paths: {', '.join(bad)}")
-    official = official_spec(instance, namespace, image)
+    official = official_spec(instance, namespace, image, task_repo)
     _write(log_dir, "eval.sh", official.spec.eval_script)
-    name = resolve_image(api, official.images, pull)
+    name = resolve_image(api, official.images, pull, iid, task_repo)
     nonce = secrets.token_hex(16)
     with tempfile.TemporaryDirectory(prefix="vtb-eval-") as tmp:
         from vtb.sandbox.docker import DockerSandbox

@@ -112,11 +112,12 @@ class SweShellEpisode:
         agent_seconds: float = 600.0,
         grade_limits: Limits = GRADE_LIMITS,
         model_name: str = "vtb-system",
+        task_repo: str | None = None,
     ) -> None:
         self.instance, self.sandbox, self.image, self.max_steps = instance, sandbox, image, max_steps
         self.id = instance["instance_id"]
         self.scratch, self.agent_seconds, self.grade_limits = scratch, agent_seconds, grade_limits
-        self.model_name = model_name
+        self.model_name, self.task_repo = model_name, task_repo
         self.state = ImageState(sandbox, image, official.WORKDIR)
         self.explicit_patch: str | None = None
         self.model_patch = ""
@@ -196,7 +197,13 @@ class SweShellEpisode:
         try:
             self.model_patch = self.explicit_patch if self.explicit_patch is not None else self.final_diff()
             report = official.grade_official(
-                self.instance, self._prediction(), self.sandbox.api, work, self.grade_limits, image=self.image
+                self.instance,
+                self._prediction(),
+                self.sandbox.api,
+                work,
+                self.grade_limits,
+                image=self.image,
+                task_repo=self.task_repo,
             )
             log = work / "test_output.txt"
             text = log.read_text(errors="replace")[-20000:] if log.is_file() else ""
@@ -230,6 +237,17 @@ class SweShellEpisode:
         }
 
 
+def grade_limits(task: TaskConfig) -> Limits:
+    """One official grading's limits: task.grade_seconds of wall time, four times that of CPU."""
+    seconds = float(getattr(task, "grade_seconds", 1800.0))
+    return Limits(
+        wall_seconds=seconds,
+        cpu_seconds=4 * seconds,
+        memory_mb=GRADE_LIMITS.memory_mb,
+        max_processes=GRADE_LIMITS.max_processes,
+    )
+
+
 def image_of(instance: dict, sandbox, task: TaskConfig) -> str:
     """The instance's image, as official.py resolves it (the spec's name, local, namespaced)."""
     if not hasattr(sandbox, "with_image"):
@@ -237,7 +255,14 @@ def image_of(instance: dict, sandbox, task: TaskConfig) -> str:
             f"{instance['instance_id']}: a real SWE-bench instance runs in its official image; "
             f"sandbox={getattr(sandbox, 'name', '?')} cannot, use sandbox=docker"
         )
+    return resolve(instance, sandbox.api, task)[1]
+
+
+def resolve(instance: dict, api, task: TaskConfig) -> tuple[official.Official, str]:
+    """(swebench's spec, the image present here) of a real instance, as the bench's config asks."""
+    task_repo = getattr(task, "task_repo", None)
     spec = official.official_spec(
-        instance, getattr(task, "image_namespace", None), getattr(task, "image", None)
+        instance, getattr(task, "image_namespace", None), getattr(task, "image", None), task_repo
     )
-    return official.resolve_image(sandbox.api, spec.images, pull=bool(getattr(task, "pull", False)))
+    pull = bool(getattr(task, "pull", False))
+    return spec, official.resolve_image(api, spec.images, pull, instance["instance_id"], task_repo)
