@@ -1,7 +1,8 @@
 """Grading on official SWE-bench evaluation images, with swebench's own spec, script and parser.
 
-No registry here, so the docker tests build a local image in the official layout (FROM
-vtb/hostroot: a small git repository at /testbed at base_commit, /opt/miniconda3/bin/activate
+No registry here, so the docker tests build a local image in the official layout with the
+offline stand-in builder (vtb/domains/swe/images.py, scripts/swe_images.py stand-in: FROM
+vtb/hostroot, a small git repository at /testbed at base_commit, /opt/miniconda3/bin/activate
 and a `conda activate testbed` that puts an env with pytest on PATH) and name it as swebench
 names an instance image. The instance is in the real schema (swebench 5 reads the eval script,
 image, parser and grading type from it; the script has the official shape: setup, the test
@@ -11,13 +12,11 @@ patches are the ones a model could send: the fix, half of it, nothing, and attac
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
 import re
 import subprocess
-import tarfile
 from argparse import Namespace
 from pathlib import Path
 
@@ -29,7 +28,7 @@ else:
     pytest.importorskip("swebench", reason="the swebench extra: pip install -e '.[swebench]'")
 
 from tests.conftest import needs_bwrap  # noqa: E402
-from vtb.domains.swe import evaluate, official  # noqa: E402
+from vtb.domains.swe import evaluate, images, official  # noqa: E402
 from vtb.domains.swe.generator import make_instances  # noqa: E402
 from vtb.sandbox.base import Limits  # noqa: E402
 
@@ -52,15 +51,6 @@ NEW_TESTS = (
     "from calc import add, mul, sub\n\n\ndef test_sub():\n    assert sub(5, 3) == 2\n\n\n"
     "def test_add():\n    assert add(2, 3) == 5\n\n\ndef test_mul():\n    assert mul(2, 3) == 6\n"
 )
-ACTIVATE = """# stand-in for miniconda's activate: `conda activate ENV` puts ENV's bin first on PATH
-conda() {
-  case "$1" in
-    activate) export CONDA_DEFAULT_ENV="${2:-base}" PATH="/opt/miniconda3/envs/${2:-base}/bin:$PATH" ;;
-    *) echo "conda stand-in: only 'activate'" >&2; return 1 ;;
-  esac
-}
-"""
-PYTEST = '#!/bin/sh\nexec /opt/miniconda3/envs/testbed/bin/python -m pytest "$@"\n'
 
 
 def git(repo: Path, *args: str) -> str:
@@ -140,63 +130,16 @@ def fixture_repo(tmp_path_factory) -> dict:
     return {"repo": repo, "instance": instance, "gold": gold, "partial": partial}
 
 
-def build_context(repo: Path) -> bytes:
-    """A tar build context: the Dockerfile, /testbed (with .git) and the conda stand-in."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-
-        def add(name: str, text: str, mode: int = 0o644) -> None:
-            data = text.encode()
-            info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(data), mode, 0
-            tar.addfile(info, io.BytesIO(data))
-
-        add(
-            "Dockerfile", "FROM vtb/hostroot:latest\nCOPY opt /opt\nCOPY testbed /testbed\nWORKDIR /testbed\n"
-        )
-        add("opt/miniconda3/bin/activate", ACTIVATE)
-        add("opt/miniconda3/envs/testbed/bin/pytest", PYTEST, 0o755)
-        link = tarfile.TarInfo("opt/miniconda3/envs/testbed/bin/python")
-        link.type, link.linkname, link.mtime = tarfile.SYMTYPE, "/usr/bin/python3", 0
-        tar.addfile(link)
-        for path in sorted(repo.rglob("*")):
-            info = tar.gettarinfo(str(path), arcname=f"testbed/{path.relative_to(repo)}")
-            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
-            if path.is_file():
-                with path.open("rb") as f:
-                    tar.addfile(info, f)
-            else:
-                tar.addfile(info)
-    return buf.getvalue()
-
-
 @pytest.fixture(scope="session")
 def official_image(fixture_repo) -> str:
-    """sweb.eval.x86_64.<id>:latest, built offline once (cached under a content-hash tag)."""
+    """sweb.eval.x86_64.<id>:latest, the offline stand-in (scripts/swe_images.py stand-in's builder)."""
     from tests.conftest import sandbox_backend
     from tests.test_native_image import hostroot_image
 
     sandbox_backend("docker")  # skips (or fails under VTB_REQUIRE_DOCKER=1) without an engine
-    import docker
-
-    client = docker.from_env()
-    base = client.images.get(hostroot_image())
-    context = build_context(fixture_repo["repo"])
-    digest = hashlib.sha256(base.id.encode() + context).hexdigest()[:12]
-    name = f"sweb.eval.x86_64.{IID}"
-    try:
-        image = client.images.get(f"{name}:vtb-{digest}")
-    except docker.errors.ImageNotFound:
-        image, _ = client.images.build(
-            fileobj=io.BytesIO(context),
-            custom_context=True,
-            tag=f"{name}:vtb-{digest}",
-            pull=False,
-            network_mode="none",
-            rm=True,
-        )
-    image.tag(name, "latest")
-    return f"{name}:latest"
+    hostroot_image()
+    (name,) = images.build_stand_in(fixture_repo["repo"], [IID])
+    return name
 
 
 @pytest.fixture(scope="session")

@@ -163,8 +163,9 @@ class Grader:
         return report
 
 
-def run(args: argparse.Namespace, out=sys.stdout) -> dict[str, dict]:
+def run(args: argparse.Namespace, out=None) -> dict[str, dict]:
     """Grade, write every file, print progress and a summary; the run report per model."""
+    out = out or sys.stdout
     predictions = load_predictions(Path(args.predictions))
     instances = loaders.load_instances(args.dataset, split=args.split)
     todo, covered = select(predictions, instances, args.instance_ids)

@@ -142,7 +142,8 @@ def _v5_instance(instance: dict, task_repo: str | None = None) -> dict:
 
         instance = taskrepo.complete(instance, task_repo)
     out = dict(instance)
-    out.setdefault("image", image_names(iid)[1])
+    if not out.get("image"):
+        out["image"] = image_names(iid)[1]
     if not out.get("log_parser"):
         out["log_parser"] = _parser_name(instance["repo"], iid)
     if not out.get("eval_type"):
