@@ -250,7 +250,7 @@ def test_the_cli_grades_card_records_with_a_task_repo_and_exits_1_when_an_instan
     assert evaluate.main([*argv, "--run-id", "bare"]) == 1
     out = capsys.readouterr()
     assert (
-        "pytest-dev__pytest-91000: error: ValueError: pytest-dev__pytest-91000: the record has no eval_script"
+        "pytest-dev__pytest-91000: error: the record has no eval_script (the data set card's schema)"
         in out.out
     )
     assert "3 instance(s) could not be graded" in out.err
@@ -364,6 +364,7 @@ def _bench_overrides(tmp_path: Path, *extra: str) -> list[str]:
         "model.n_embd=32",
         "model.pretrain_steps=5",
         "model.pretrain_texts=100",
+        "trainer.epochs=1",
         "budget.limit=5e12",
         "reference=false",
         "null_model_check=false",

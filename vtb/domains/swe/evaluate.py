@@ -147,6 +147,8 @@ class Grader:
             )
         except official.SwebenchMissing:
             raise
+        except official.SpecError as e:  # already names the instance: said once
+            return official.error_report(iid, f"{e.what}; {e.fix}")
         except Exception as e:  # noqa: BLE001 (this instance's failure, never the run's)
             return official.error_report(iid, f"{type(e).__name__}: {e}")
 

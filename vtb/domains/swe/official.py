@@ -80,6 +80,14 @@ class SwebenchMissing(RuntimeError):
     """The optional `swebench` package is not installed."""
 
 
+class SpecError(ValueError):
+    """swebench cannot make an instance's test spec: the instance, what is wrong, and the fix."""
+
+    def __init__(self, iid: str, what: str, fix: str):
+        self.iid, self.what, self.fix = iid, what, fix
+        super().__init__(f"{iid}: {what}; {fix}")
+
+
 class ImageUnavailable(RuntimeError):
     """The instance's evaluation image is neither here nor pullable."""
 
@@ -132,11 +140,13 @@ def _v5_instance(instance: dict, task_repo: str | None = None) -> dict:
     iid = instance["instance_id"]
     if not instance.get("eval_script"):
         if not task_repo:
-            raise ValueError(
-                f"{iid}: the record has no eval_script (the data set card's schema). swebench 5 takes "
-                "an instance's eval script, image, log_parser and eval_type from a swebench task repo "
-                "(tasks/<instance_id>/eval.sh and task.yaml): set task.task_repo=<local clone of the "
-                "task repo> (evaluate CLI: --task-repo), or use a data set revision that carries eval_script"
+            raise SpecError(
+                iid,
+                "the record has no eval_script (the data set card's schema), and swebench 5 takes an "
+                "instance's eval script, image, log_parser and eval_type from a swebench task repo "
+                "(tasks/<instance_id>/eval.sh, task.yaml)",
+                "set task.task_repo=<local clone of the task repo> (evaluate CLI: --task-repo), "
+                "or use a data set revision that carries eval_script",
             )
         from vtb.domains.swe import taskrepo
 
@@ -162,9 +172,11 @@ def _parser_name(repo: str, iid: str) -> str:
     by_function = {fn: name for name, fn in log_parsers.PARSER_REGISTRY.items()}
     fn = python.MAP_REPO_TO_PARSER_PY.get(repo)
     if fn is None or fn not in by_function:
-        raise ValueError(
-            f"{iid}: no log_parser field, and swebench knows no log parser for repo {repo!r} "
-            "(swebench.harness.log_parsers): name one in the record's log_parser field"
+        raise SpecError(
+            iid,
+            f"no log_parser field, and swebench knows no log parser for repo {repo!r} "
+            "(swebench.harness.log_parsers)",
+            "name one in the record's log_parser field (or its task's task.yaml)",
         )
     return by_function[fn]
 
@@ -190,9 +202,11 @@ def official_spec(
             spec = make_test_spec(instance, namespace=namespace or None)
             own = spec.instance_image_key
     except (KeyError, TypeError) as e:
-        raise ValueError(
-            f"{iid}: swebench {major} cannot make a test spec for repo {instance.get('repo')!r} "
-            f"version {instance.get('version')!r} (missing {e}): it is not an instance swebench knows"
+        raise SpecError(
+            iid,
+            f"swebench {major} cannot make a test spec for repo {instance.get('repo')!r} "
+            f"version {instance.get('version')!r} (missing {e}): not an instance swebench knows",
+            "use a repo/version swebench knows, or a record that carries eval_script, image and log_parser",
         ) from None
     local, remote = image_names(iid, namespace if namespace is not None else DEFAULT_NAMESPACE)
     if image:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from vtb.domains.swe.official import SpecError
+
 FILLED = ("eval_script", "image", "log_parser", "eval_type", "image_assets")
 SAME = ("repo", "base_commit", "version", "test_patch")
 
@@ -27,15 +29,18 @@ def task_folder(task_repo: str, iid: str) -> Path:
 
     root = Path(task_repo).expanduser()
     if not (root / TASKS_SUBDIR).is_dir():
-        raise ValueError(
-            f"task repo {task_repo}: not a local swebench task repo (no {TASKS_SUBDIR}/ folder); "
-            "clone it first (git clone <its GitHub URL>) and pass the folder"
+        raise SpecError(
+            iid,
+            f"task repo {task_repo} is not a local swebench task repo (no {TASKS_SUBDIR}/ folder)",
+            "clone it first (git clone <its GitHub URL>) and pass the folder as task.task_repo",
         )
     folder = root / TASKS_SUBDIR / iid
     if not (folder / TASK_FILE).is_file():
-        raise ValueError(
-            f"{iid}: not in the task repo {task_repo} (no {TASKS_SUBDIR}/{iid}/{TASK_FILE}): swebench "
-            "knows no eval script for it; use the task repo that publishes this data set"
+        raise SpecError(
+            iid,
+            f"not in the task repo {task_repo} (no {TASKS_SUBDIR}/{iid}/{TASK_FILE}): swebench knows "
+            "no eval script for it",
+            "use the task repo that publishes this data set",
         )
     return folder
 
@@ -51,9 +56,11 @@ def complete(instance: dict, task_repo: str) -> dict:
         if mine in (None, "") or theirs is None:
             continue
         if str(mine).rstrip("\n") != str(theirs).rstrip("\n"):
-            raise ValueError(
-                f"{iid}: the task repo {task_repo} has {field} {_short(theirs)}, the record "
-                f"{_short(mine)}: another revision of the instance; use the task repo of this data set"
+            raise SpecError(
+                iid,
+                f"the task repo {task_repo} has {field} {_short(theirs)}, the record {_short(mine)}: "
+                "another revision of the instance",
+                "use the task repo of this data set's revision",
             )
     return {**instance, **{k: task[k] for k in FILLED if task.get(k)}}
 
