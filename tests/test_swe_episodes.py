@@ -407,7 +407,7 @@ def test_a_shrunk_bench_on_card_and_current_records_grades_gold_partial_and_empt
         run_bench(compose_config(_bench_overrides(tmp_path / "refused")))
     refusal_s = time.monotonic() - started
     message = str(refused.value)
-    assert "preflight refused task=swe before any budget was spent (3 problems)" in message, message
+    assert "task=swe cannot give a true score, so nothing was run or spent (3 problems)" in message, message
     for k in range(3):
         assert f"instance pytest-dev__pytest-9100{k}: swebench cannot make its eval script" in message
     assert "set task.task_repo=" in message and "Traceback" not in message
