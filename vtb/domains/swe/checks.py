@@ -101,12 +101,14 @@ def _gold_problem(inst: dict, image: str, report: dict, task_repo: str | None) -
         status = report.get("tests_status") or {}
         failing = [t for part in status.values() for t in part.get("failure", [])]
         why = f"tests still failing: {', '.join(failing[:5]) or 'none reported'}"
+    iid = inst["instance_id"]
     return Problem(
-        f"instance {inst['instance_id']}",
+        f"instance {iid}",
         f"its gold patch does not resolve on image {image} ({why})",
-        "the image or the eval script does not match the instance: rebuild the image ("
-        + official.image_howto([image], inst["instance_id"], task_repo)
-        + ") or use the task repo / data set revision of this instance",
+        "the image or the eval script does not describe this instance: rebuild its image "
+        f"(`python scripts/swe_images.py build --task-repo {task_repo or '<swebench task repo>'} -i {iid}`, "
+        "offline a stand-in from a checkout at its base_commit: `python scripts/swe_images.py stand-in`), "
+        "or use the task repo / data set revision that matches the record",
     )
 
 
