@@ -305,18 +305,21 @@ def test_the_preflight_names_each_instance_without_eval_script_or_image_and_a_go
 
 
 # --- scripts/swe_images.py: swebench's builder online, the stand-in offline ------------------------
-def _script(*args: str) -> subprocess.CompletedProcess:
+def _script(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """scripts/swe_images.py as a user runs it (in `cwd`: swebench writes its build logs there)."""
     return subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "swe_images.py"), *args],
         capture_output=True,
         text=True,
         timeout=300,
+        cwd=cwd,
     )
 
 
 @pytest.mark.docker
-def test_the_online_builder_is_swebenchs_and_says_why_it_cannot_build_here():
-    done = _script("build", "--task-repo", str(TASK_REPO), "-i", "pytest-dev__pytest-91000")
+def test_the_online_builder_is_swebenchs_and_says_why_it_cannot_build_here(tmp_path):
+    """Here (no network, no buildx) swebench's builder cannot build: exit 1, saying why and what to do."""
+    done = _script("build", "--task-repo", str(TASK_REPO), "-i", "pytest-dev__pytest-91000", cwd=tmp_path)
     assert done.returncode == 1, done.stderr
     assert "needs network" in done.stderr and "stand-in" in done.stderr and "Traceback" not in done.stderr
 
@@ -327,14 +330,16 @@ def test_the_stand_in_script_tags_a_datasets_images_checked_against_base_commit(
     fixture_repo,  # noqa: F811
     tmp_path,
 ):
-    done = _script("stand-in", "--testbed", str(fixture_repo["repo"]), "--dataset", str(CURRENT))
+    done = _script(
+        "stand-in", "--testbed", str(fixture_repo["repo"]), "--dataset", str(CURRENT), cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [images.local_name(f"pytest-dev__pytest-9100{k}") for k in (3, 4, 5)]
     moved = tmp_path / "moved.jsonl"
     moved.write_text(
         json.dumps({**json.loads(CURRENT.read_text().splitlines()[0]), "base_commit": "f" * 40}) + "\n"
     )
-    done = _script("stand-in", "--testbed", str(fixture_repo["repo"]), "--dataset", str(moved))
+    done = _script("stand-in", "--testbed", str(fixture_repo["repo"]), "--dataset", str(moved), cwd=tmp_path)
     assert (
         done.returncode == 2
         and "not at the base_commit of pytest-dev__pytest-91003 (ffffffffffff)" in done.stderr

@@ -60,7 +60,8 @@ def build_official(task_repo: str, instance_ids: list[str] | None = None, worker
         import docker
         from swebench.image_builder.prepare_images import main as prepare_images
         from swebench.image_builder.prepare_images import resolve_task_repo
-        from swebench.task.repo import select_tasks
+        from swebench.task.publish import CheckFailed
+        from swebench.task.repo import UnknownDataset, select_tasks
     except ImportError as e:
         raise BuildError(
             f"swebench's image builder is not installed ({e}): pip install 'swebench>=5'"
@@ -68,24 +69,27 @@ def build_official(task_repo: str, instance_ids: list[str] | None = None, worker
     if subprocess.run(["docker", "buildx", "version"], capture_output=True).returncode != 0:
         raise BuildError(
             "swebench builds its images with `docker buildx`, which this Docker CLI lacks "
-            "(install the buildx plugin: apt-get install docker-buildx); " + OFFLINE_HINT
+            "(install the buildx plugin: docker-buildx on Debian 13, docker-buildx-plugin from Docker's own "
+            "packages; Debian 12's docker.io has none); " + OFFLINE_HINT
         )
     try:
-        with resolve_task_repo(task_repo) as root:
-            ids = [t["instance_id"] for t in select_tasks(root, instance_ids)]
-    except (RuntimeError, FileNotFoundError, KeyError) as e:
+        ids = list(instance_ids or [])
+        if not ids:  # everything the task repo publishes
+            with resolve_task_repo(task_repo) as root:
+                ids = [t["instance_id"] for t in select_tasks(root, None)]
+        prepare_images(
+            task_repo=task_repo,
+            instance_ids=ids,
+            datasets=None,
+            max_workers=workers,
+            force_rebuild=False,
+            open_file_limit=4096,
+            namespace=None,
+            tag="latest",
+            dry_run=False,
+        )
+    except (CheckFailed, UnknownDataset, RuntimeError, FileNotFoundError, KeyError) as e:
         raise BuildError(f"task repo {task_repo}: {e}; {OFFLINE_HINT}") from None
-    prepare_images(
-        task_repo=task_repo,
-        instance_ids=ids,
-        datasets=None,
-        max_workers=workers,
-        force_rebuild=False,
-        open_file_limit=4096,
-        namespace=None,
-        tag="latest",
-        dry_run=False,
-    )
     client = docker.from_env()
     missing = []
     for iid in ids:
