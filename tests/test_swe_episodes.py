@@ -225,6 +225,18 @@ def test_a_card_record_takes_its_eval_script_from_the_task_repo_or_is_refused_by
         taskrepo.complete(unknown, str(TASK_REPO))
 
 
+def test_a_large_refusal_names_ten_instances_then_the_rest_by_id():
+    """Verified has 500 instances: a refusal lists ten in full and the others by id, once."""
+    from vtb.domains.swe import checks
+
+    card = loaders.load_instances(str(CARD))[0]
+    many = [{**card, "instance_id": f"pytest-dev__pytest-{8000 + k}"} for k in range(12)]
+    problems = checks.real_problems(many, SweConfig(name="swe", source="swe_bench"), api=None)
+    assert len(problems) == 11 and problems[9].where == "instance pytest-dev__pytest-8009"
+    assert problems[10].where == "2 more instances"
+    assert problems[10].what.endswith("pytest-dev__pytest-8010 pytest-dev__pytest-8011")
+
+
 @pytest.mark.docker
 def test_the_cli_grades_card_records_with_a_task_repo_and_exits_1_when_an_instance_errors(
     instances, tmp_path, capsys

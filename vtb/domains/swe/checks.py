@@ -21,8 +21,8 @@ from vtb.config import SandboxConfig, TaskConfig
 from vtb.preflight import Problem
 
 PLAYED = ("test", "val")  # test first: the gold item is a test instance when one is ready
-MAX_NAMED = 10
-_FIX = "check the record (or its task in task.task_repo) against the data set's published form"  # instances named one by one; past that, one problem lists the rest by id
+MAX_NAMED = 10  # instances named one by one; past that, one problem lists the rest by id
+_FIX = "check the record (or its task in task.task_repo) against the data set's published form"
 
 
 def real_problems(instances: list[dict], task: TaskConfig, api) -> list[Problem]:
@@ -35,14 +35,16 @@ def real_problems(instances: list[dict], task: TaskConfig, api) -> list[Problem]
     for inst in instances:
         iid = inst["instance_id"]
         try:
-            spec, image = real.resolve(inst, api, task)
+            image = real.resolve(inst, api, task)[1]
         except official.ImageUnavailable as e:
             problems.append(Problem(f"instance {iid}", _first_clause(str(e)), _after_clause(str(e))))
         except official.SpecError as e:
             problems.append(
                 Problem(f"instance {iid}", f"swebench cannot make its eval script: {e.what}", e.fix)
             )
-        except (ValueError, official.SwebenchMissing) as e:
+        except official.SwebenchMissing as e:
+            return [Problem("swebench", str(e), official.INSTALL_HINT)]
+        except ValueError as e:
             what = str(e).removeprefix(f"{iid}: ")
             problems.append(Problem(f"instance {iid}", f"swebench cannot make its eval script: {what}", _FIX))
         else:
