@@ -220,6 +220,12 @@ def test_a_card_record_takes_its_eval_script_from_the_task_repo_or_is_refused_by
     other = {**card[1], "base_commit": "0" * 40}
     with pytest.raises(ValueError, match=r"pytest-dev__pytest-91001: the task repo .* has base_commit 'a784"):
         official.official_spec(other, task_repo=str(TASK_REPO))
+    current = loaders.load_instances(str(CURRENT))[0]
+    with pytest.raises(
+        ValueError,
+        match=r"91003: no log_parser field, and swebench knows no log parser for repo 'vtb-test/calc3'",
+    ):
+        official.official_spec({**current, "log_parser": ""})
     unknown = {**card[2], "instance_id": "astropy__astropy-12907"}
     with pytest.raises(ValueError, match=r"astropy__astropy-12907: not in the task repo"):
         taskrepo.complete(unknown, str(TASK_REPO))
