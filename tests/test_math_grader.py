@@ -167,7 +167,7 @@ def test_start_message_leaks_no_answer() -> None:
             "type": "start",
             "episode": problem["id"],
             "domain": "math",
-            "observation": {"question": problem["question"]},
+            "observation": {"question": problem["question"], "format": "gsm8k"},
         }
         blob = json.dumps(msg)
         assert problem["answer"] not in blob and "####" not in blob and "<<" not in blob

@@ -96,7 +96,7 @@ def test_aime_capitalised_schema(tmp_path: Path) -> None:
         tmp_path / "a.jsonl", [{"ID": "2024-I-1", "Problem": "p", "Solution": "s", "Answer": 204}]
     )
     assert loaders.load_aime(path) == [
-        {"id": "aime-2024-I-1", "question": "p", "answer": "204", "source": "aime"}
+        {"id": "aime-2024-I-1", "question": "p", "answer": "204", "source": "aime", "solution": "s"}
     ]
 
 
@@ -135,15 +135,19 @@ def test_unknown_kind_and_empty_file(tmp_path: Path) -> None:
 def test_hf_name_goes_to_datasets(monkeypatch: pytest.MonkeyPatch) -> None:
     """A name that is not a local file is an HF dataset id (stubbed: nothing is fetched)."""
     calls = []
+    published = {"openai/gsm8k": {"train": GSM8K, "test": GSM8K}, "opencompass/AIME2025": {"test": AIME}}
 
-    def fake_load_dataset(name: str, *args, split: str) -> list[dict]:
-        calls.append((name, args, split))
-        return GSM8K
+    def fake_load_dataset(name: str, *args) -> dict[str, list[dict]]:
+        calls.append((name, args))
+        return published[name]
 
     import datasets
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     rows = loaders.load("gsm8k", "openai/gsm8k", "train")
-    assert calls == [("openai/gsm8k", ("main",), "train")] and rows[1]["id"] == "gsm8k-train-00001"
-    loaders.load("aime", "AI-MO/aimo-validation-aime", "test")
-    assert calls[-1] == ("AI-MO/aimo-validation-aime", (), "train")
+    assert calls == [("openai/gsm8k", ("main",))] and rows[1]["id"] == "gsm8k-train-00001"
+    # AIME sets publish one split, `train` (AI-MO) or `test` (opencompass, math-ai): the only one is read
+    assert len(loaders.load("aime", "opencompass/AIME2025")) == len(AIME)
+    assert calls[-1] == ("opencompass/AIME2025", ())
+    with pytest.raises(ValueError, match="no split 'dev'"):
+        loaders.load("gsm8k", "openai/gsm8k", "dev")

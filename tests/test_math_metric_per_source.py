@@ -85,7 +85,7 @@ def rewards(domain: MathDomain, task: MathConfig, data: Path, answer) -> list[fl
 def test_boxed_sources_score_boxed_by_default(tmp_path: Path, source: str, caplog) -> None:
     with caplog.at_level(logging.WARNING, logger=loaders.__name__):
         domain, task, data = provisioned(tmp_path, source)
-        assert task.metric is None and loaders.metric_of(task) == "boxed"
+        assert task.metric == "boxed" == loaders.metric_of(task)  # resolved once, recorded in config.json
         assert rewards(domain, task, data, lambda row: correct(source, row)) == [1.0] * 4
         dfrac = rewards(
             domain, task, data, lambda row: f"\\boxed{{{row['answer'].replace('frac', 'dfrac')}}}"
@@ -98,7 +98,8 @@ def test_boxed_sources_score_boxed_by_default(tmp_path: Path, source: str, caplo
 def test_aime_leading_zeros_and_compose_default(tmp_path: Path) -> None:
     domain, task, data = provisioned(tmp_path, "aime")
     assert rewards(domain, task, data, lambda row: f"\\boxed{{0{row['answer']}}}") == [1.0] * 4
-    assert compose_config(["task.source=aime"]).task.metric is None
+    assert compose_config(["task.source=aime"]).task.metric == "boxed"
+    assert compose_config(["task.source=gsm8k"]).task.metric == "strict"
 
 
 def test_gsm8k_still_defaults_to_strict(tmp_path: Path, caplog) -> None:

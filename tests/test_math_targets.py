@@ -34,7 +34,9 @@ SOURCES = {
 def provision(tmp_path: Path, name: str, **fields: object) -> tuple[MathDomain, MathConfig, Path]:
     source = name.split("-")[0]
     n = sum(1 for _ in (FIXTURES / SOURCES[name]).open())
-    task = MathConfig(source=source, path=str(FIXTURES / SOURCES[name]), n_val=1, n_test=max(1, n // 3), **fields)
+    task = MathConfig(
+        source=source, path=str(FIXTURES / SOURCES[name]), n_val=1, n_test=max(1, n // 3), **fields
+    )
     domain, data = MathDomain(), tmp_path / "data"
     domain.provision(task, data)
     return domain, task, data
@@ -63,9 +65,19 @@ def test_every_systems_targets_score_one(tmp_path: Path, name: str) -> None:
     domain.write_initial_system(tmp_path / "initial", task, TrainerConfig(), data)
     domain.write_reference_system(tmp_path / "reference", task, data)
     subprocess.run(  # greedy's clean-data proposal, as the research sandbox runs it
-        [sys.executable, "-m", "vtb.domains.math.kit.datatools", "from-pool",
-         str(data / "research" / "pool.jsonl"), str(tmp_path / "greedy.jsonl"), "--n", "50"],
-        cwd=ROOT, check=True, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "vtb.domains.math.kit.datatools",
+            "from-pool",
+            str(data / "research" / "pool.jsonl"),
+            str(tmp_path / "greedy.jsonl"),
+            "--n",
+            "50",
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
     )
     n_pool = len(domain.split(data, "pool"))
     for label, path in [

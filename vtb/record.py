@@ -119,6 +119,8 @@ class RunRecord:
         result = {
             "run_id": run_id,
             "task": cfg.task.name,
+            "source": cfg.task.source,
+            "metric": cfg.task.metric,  # the reward actually used (math resolves the source's own)
             "agent": cfg.agent.name,
             "model": cfg.model.name,
             "seed": cfg.seed,

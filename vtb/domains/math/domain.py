@@ -11,13 +11,14 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vtb.config import TaskConfig, TrainerConfig
+from vtb.config import SandboxConfig, TaskConfig, TrainerConfig
 from vtb.domains import common, salt
-from vtb.domains.math import generator, loaders
+from vtb.domains.math import checks, generator, grading, loaders
 from vtb.domains.math.env import MathEnv, MathEpisode
 from vtb.domains.math.kit import datatools
 from vtb.domains.registry import register_domain
 from vtb.engine.sft_config import ConfigError, resolve_config
+from vtb.preflight import Problem, Systems
 
 HARNESSES = Path(__file__).parent / "kit" / "harnesses"
 
@@ -45,7 +46,9 @@ WORKSPACE_README = """# Workspace of the agent system (math)
 - harness/harness.py  inference-time program speaking the JSON-lines protocol (vtb/protocol.py);
   the model is an OpenAI-compatible server at $OPENAI_BASE_URL
   (key $OPENAI_API_KEY; vtb/serve/client.py or any OpenAI client); harness/ is capped at 1 MB (no weights).
-- /data/pool.jsonl (GSM8K schema train pool), /data/val.jsonl (validation split), /base (base model).
+- /data/pool.jsonl (train pool: question, answer, answer_format "gsm8k" (`#### N`) or "boxed"
+  (`\\boxed{...}`: MATH-500, AIME), a worked solution where the data set has one),
+  /data/val.jsonl (validation split), /base (base model).
 - Data tools: python -m vtb.domains.math.kit.datatools {check,clean,from-pool,merge} --help
 """
 
@@ -59,6 +62,39 @@ def _real_splits(task: MathConfig) -> dict[str, list[dict]]:
     return {"test": test, "val": val, "pool": pool}
 
 
+def answer_format(task: TaskConfig) -> str:
+    """How answers are written for the task's metric: `\\boxed{...}` or GSM8K's `#### N`."""
+    return "boxed" if loaders.metric_of(task) == "boxed" else "gsm8k"
+
+
+def initial_rows(task: TaskConfig, pool: list[dict], noise: float) -> list[dict]:
+    """The initial system's rows: initial_data_size pool problems, a share `noise` of them wrong.
+
+    GSM8K format: the annotated solution, a wrong one changed in its last step (generator.corrupt).
+    Boxed: the boxed answer alone (short rows any harness budget reaches), a wrong one another value.
+    """
+    rng = random.Random(task.data_seed)
+    boxed = answer_format(task) == "boxed"
+    answers = sorted({datatools.final_answer(p) for p in pool})
+    rows = []
+    for problem in rng.sample(pool, min(task.initial_data_size, len(pool))):
+        wrong = rng.random() < noise
+        if wrong and boxed:
+            problem = {**problem, "answer": _wrong_answer(datatools.final_answer(problem), answers, rng)}
+        elif wrong:
+            problem = {**problem, "answer": generator.corrupt(problem["answer"], rng)}
+        rows.append(datatools.to_sft_row(problem, direct=boxed))
+    return rows
+
+
+def _wrong_answer(answer: str, others: list[str], rng: random.Random) -> str:
+    """A value the boxed metric does not credit: a near integer, or another problem's answer."""
+    if answer.lstrip("-").isdigit():
+        return str(int(answer) + rng.choice([d for d in range(-10, 11) if d and int(answer) + d >= 0]))
+    choices = [a for a in others if not grading.math_equiv(a, answer)]
+    return rng.choice(choices) if choices else f"{answer}+1"
+
+
 @dataclass
 class MathConfig(TaskConfig):
     min_steps: int = 1  # arithmetic steps per generated problem
@@ -70,7 +106,8 @@ class MathConfig(TaskConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        loaders.check_metric(self.metric)
+        # The metric actually used, resolved once: config.json and result.json record it.
+        self.metric = loaders.metric_of(self)
         try:  # a typo here would only fail when the reference trains, at the end of the run
             resolve_config({**REFERENCE_TRAINER, **self.reference_trainer})
         except ConfigError as e:
@@ -83,7 +120,6 @@ class MathDomain:
     env = MathEnv()
 
     def provision(self, task: MathConfig, out: Path) -> dict:
-        loaders.metric_of(task)  # a contradicting task.metric is warned about before the run, not after
         if task.source == "embedded":
             splits = generator.make_splits(
                 task.data_seed,
@@ -102,13 +138,25 @@ class MathDomain:
                 key = " ".join(row["question"].lower().split())
                 if seen.setdefault(key, name) != name:
                     raise ValueError(f"split overlap: a {name} question is also in {seen[key]}")
+        fmt = answer_format(task)  # every record says how it is graded, so targets and prompts follow
+        splits = {name: [{**row, "answer_format": fmt} for row in rows] for name, rows in splits.items()}
         datatools.write_jsonl(out / "research" / "pool.jsonl", splits["pool"])
         datatools.write_jsonl(out / "research" / "val.jsonl", splits["val"])
         datatools.write_jsonl(out / "hidden" / "test.jsonl", splits["test"])
         return {name: len(rows) for name, rows in splits.items()}
 
     def tokenizer_spec(self, task: MathConfig, data_dir: Path) -> dict:
-        return {"words": list(generator.WORDS), "number_max": generator.NUMBER_MAX, "mode": "words"}
+        """The generator's words; for a real data set every piece of its pool and of what a harness
+        is shown (val/test questions, never their answers), kept exact: `\\boxed{3}` must decode
+        as written, not as `\\ boxed { 3 }`."""
+        if task.source == "embedded":
+            return {"words": list(generator.WORDS), "number_max": generator.NUMBER_MAX, "mode": "words"}
+        corpus = [*datatools.PROMPTS.values(), "The final answer is"]
+        corpus += [
+            f"{r['question']}\n{datatools.to_sft_row(r)['completion']}" for r in self.split(data_dir, "pool")
+        ]
+        corpus += [r["question"] for name in ("val", "test") for r in self.split(data_dir, name)]
+        return {"words": corpus, "number_max": generator.NUMBER_MAX, "mode": "exact"}
 
     def pretraining_texts(self, task: MathConfig, data_dir: Path, n: int, seed: int) -> list[str]:
         """Worked problems in plain text (no calculator annotations, no prompt format), never val/test.
@@ -116,6 +164,14 @@ class MathDomain:
         Like a real base model, the tiny one has read math text before SFT: it knows the words
         and the shape of a solution, but not the Question/Answer format nor the calculator.
         """
+        if task.source != "embedded":  # a real data set: its train problems and their worked answers
+            rng = random.Random(seed)
+            pool = self.split(data_dir, "pool")
+            texts = [
+                f"{r['question']}\n{datatools.strip_annotations(datatools.to_sft_row(r)['completion'].strip())}"
+                for r in pool
+            ]
+            return [rng.choice(texts) for _ in range(n)]
         held_out = {generator.normalize_question(r["question"]) for r in self.split(data_dir, "val")}
         held_out |= {generator.normalize_question(r["question"]) for r in self.split(data_dir, "test")}
         problems = generator.generate_problems(seed + 7919, n + len(held_out), task.min_steps, task.max_steps)
@@ -134,13 +190,7 @@ class MathDomain:
         self, ws: Path, task: MathConfig, trainer: TrainerConfig, data_dir: Path
     ) -> None:
         """Small, partly noisy data; the configured trainer; a plain harness."""
-        rng = random.Random(task.data_seed)
-        pool = self.split(data_dir, "pool")
-        rows = []
-        for problem in rng.sample(pool, min(task.initial_data_size, len(pool))):
-            if rng.random() < task.initial_noise:
-                problem = {**problem, "answer": generator.corrupt(problem["answer"], rng)}
-            rows.append(datatools.to_sft_row(problem))
+        rows = initial_rows(task, self.split(data_dir, "pool"), task.initial_noise)
         trainer_cfg = {**common.trainer_dict(trainer), "chat_template": CHAT}
         common.write_workspace(ws, rows, trainer_cfg, HARNESSES / "initial", WORKSPACE_README)
 
@@ -150,9 +200,16 @@ class MathDomain:
         trainer_cfg = {**REFERENCE_TRAINER, **task.reference_trainer}
         common.write_workspace(ws, rows, trainer_cfg, HARNESSES / "calculator", WORKSPACE_README)
 
+    def preflight(
+        self, task: MathConfig, data_dir: Path, systems: Systems, sandbox: SandboxConfig
+    ) -> list[Problem]:
+        """vtb/preflight.py: gold answers credited and empty ones not, the systems' targets credited."""
+        splits = {name: self.split(data_dir, name) for name in ("pool", "val", "test")}
+        clean = initial_rows(task, splits["pool"], noise=0.0)
+        return checks.gold(splits, task.metric) + checks.targets(splits["pool"], task.metric, systems, clean)
+
     def episodes(self, data_dir: Path, split: str, task: MathConfig, sandbox=None) -> list[MathEpisode]:
-        metric = loaders.metric_of(task)
-        return [MathEpisode(item, metric, self.env) for item in self.split(data_dir, split)]
+        return [MathEpisode(item, task.metric, self.env) for item in self.split(data_dir, split)]
 
     def metrics(self, episodes: list[MathEpisode], task: MathConfig) -> dict:
         return {}

@@ -1,7 +1,8 @@
 """Orchestrator-side episode logic of the math domain: one question in, one answer out.
 
-The start message is built from an allow-list (the question only), so no answer, final value
-or solution field can ever reach the harness, whatever the problem dict carries.
+The start message is built from an allow-list (the question, and "format": how answers are
+graded, "boxed" or "gsm8k", as a benchmark's instructions say), so no answer, final value or
+solution field can ever reach the harness, whatever the problem dict carries.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ class MathEnv:
     domain = "math"
 
     def start_message(self, problem: dict) -> dict:
-        return protocol_message(problem["id"], self.domain, {"question": problem["question"]})
+        fmt = "boxed" if problem.get("answer_format") == "boxed" else "gsm8k"
+        return protocol_message(problem["id"], self.domain, {"question": problem["question"], "format": fmt})
 
     def reward(self, problem: dict, action: dict | None, metric: str) -> float:
         """The grader's score for an `answer` action; anything else earns 0."""

@@ -2,7 +2,8 @@
 
 Each returns normalised records {"id", "question", "answer", "source"} whose "answer" is what
 grading.score expects for that source: the full GSM8K solution (strict/flexible metrics read
-its `#### N`), or the short final answer of MATH-500/AIME (boxed metric); metric_of picks that
+its `#### N`), or the short final answer of MATH-500/AIME (boxed metric), with the data set's
+worked "solution" when it has one (the reference system trains on it); metric_of picks that
 metric unless task.metric says otherwise. A source is a local file (.jsonl, .json or .parquet,
 in the data set's own Hugging Face schema) or an HF dataset name; schema errors name the file, the column and the expected schema, because a silently
 empty column would quietly score every system zero.
@@ -26,7 +27,8 @@ LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
 SCHEMAS = {
     "gsm8k": "GSM8K (openai/gsm8k, config 'main'): question, answer ('... #### N')",
     "math500": "MATH-500 (HuggingFaceH4/MATH-500): problem, solution, answer, subject, level, unique_id",
-    "aime": "AIME (e.g. AI-MO/aimo-validation-aime): id, problem, solution, answer (int or str), url, optional year",
+    "aime": "AIME (AI-MO/aimo-validation-aime: id, problem, solution, answer, url; or a yearly set: "
+    "ID, Problem, Solution, Answer; or problem|question, answer)",
 }
 
 
@@ -87,14 +89,15 @@ def _read_local(path: str, kind: str) -> list[dict]:
 
 
 def _read_hf(name: str, config: str | None, split: str) -> list[dict]:
+    """The split asked for, or a data set's only split (AIME sets publish `train` or `test`)."""
     import datasets
 
-    ds = (
-        datasets.load_dataset(name, config, split=split)
-        if config
-        else datasets.load_dataset(name, split=split)
-    )
-    return [dict(row) for row in ds]
+    splits = datasets.load_dataset(name, config) if config else datasets.load_dataset(name)
+    if split not in splits and len(splits) == 1:
+        split = next(iter(splits))
+    if split not in splits:
+        raise ValueError(f"{name}: no split {split!r} (it has {', '.join(splits)})")
+    return [dict(row) for row in splits[split]]
 
 
 def _rows(source: str, kind: str, hf_config: str | None, split: str) -> list[dict]:
@@ -109,6 +112,11 @@ def _column(row: dict, names: tuple[str, ...], source: str, kind: str, index: in
         if row.get(name) is not None:
             return row[name]
     raise ValueError(f"{source}: row {index} has no column {names[0]!r} (expected {SCHEMAS[kind]})")
+
+
+def _with_solution(record: dict, row: dict) -> dict:
+    solution = row.get("solution")
+    return {**record, "solution": solution} if isinstance(solution, str) and solution.strip() else record
 
 
 def load_gsm8k(source: str, split: str = "test") -> list[dict]:
@@ -135,9 +143,13 @@ def load_math500(source: str, split: str = "test") -> list[dict]:
         problem = _column(row, ("problem",), source, "math500", i)
         answer = _column(row, ("answer",), source, "math500", i)
         rid = row.get("unique_id") or f"math500-{i:04d}"
-        out.append(
-            {"id": str(rid), "question": str(problem), "answer": str(answer).strip(), "source": "math500"}
-        )
+        record = {
+            "id": str(rid),
+            "question": str(problem),
+            "answer": str(answer).strip(),
+            "source": "math500",
+        }
+        out.append(_with_solution(record, row))
     return out
 
 
@@ -147,10 +159,14 @@ def load_aime(source: str, split: str = "train") -> list[dict]:
     for i, row in enumerate(_rows(source, "aime", None, split)):
         problem = _column(row, ("problem", "question"), source, "aime", i)
         answer = _column(row, ("answer",), source, "aime", i)
-        rid = row.get("id") if row.get("id") is not None else f"aime-{i:04d}"
-        out.append(
-            {"id": f"aime-{rid}", "question": str(problem), "answer": str(answer).strip(), "source": "aime"}
-        )
+        rid = row.get("id") if row.get("id") is not None else row.get("problem_idx", f"{i:04d}")
+        record = {
+            "id": f"aime-{rid}",
+            "question": str(problem),
+            "answer": str(answer).strip(),
+            "source": "aime",
+        }
+        out.append(_with_solution(record, row))
     return out
 
 

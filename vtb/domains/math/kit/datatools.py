@@ -6,14 +6,19 @@
     python -m vtb.domains.math.kit.datatools merge A B [C ...] OUT
 
 Training rows are prompt/completion JSONL ({"prompt": "Question: <q>\\nAnswer:", "completion":
-" <gsm8k answer>"}); GSM8K-schema rows ({"question", "answer"}) are read too.
+" <gsm8k answer>"}); GSM8K-schema rows ({"question", "answer"}) are read too. A pool record says
+how its answers are graded in "answer_format": "gsm8k" (a final `#### N` line, GSM8K's strict
+metric; the default) or "boxed" (the last `\\boxed{...}`, MATH-500 / AIME). `to_sft_row` writes
+the target in that format and the prompt that asks for it (PROMPTS), as the shipped harnesses
+do, so a row played back as a completion is what the metric credits.
 
 What `clean` keeps (and `check` counts as good): a row whose answer has a `#### N` line, whose
 every equation is arithmetically right (calculator annotations `<<expr=v>>` and the visible
 `a op b = c` equations alike, so direct-format rows are checked too), and whose N equals the
 value of its last equation. A row with a `#### N` but no equation at all cannot be verified;
 it is kept (direct answers with no working are a legitimate data choice) and counted as
-`unverifiable`. Rows without `#### N` are dropped: the strict metric could never credit them.
+`unverifiable`, as is a row that ends in a `\\boxed{...}` answer (its LaTeX working is not
+checked). Rows with neither are dropped: no metric could credit them.
 Arithmetic is evaluated by a small AST walker (numbers and + - * / only), never `eval`.
 """
 
@@ -31,6 +36,10 @@ from vtb.domains.kit import rowtools
 from vtb.domains.kit.jsonl import read_jsonl, write_jsonl
 
 PROMPT_TEMPLATE = "Question: {question}\nAnswer:"
+BOXED_PROMPT_TEMPLATE = "Question: {question}\nGive the final answer in \\boxed{{}}.\nAnswer:"
+# The prompt of each answer format; the shipped harnesses keep the same two in their config.json.
+PROMPTS = {"gsm8k": PROMPT_TEMPLATE, "boxed": BOXED_PROMPT_TEMPLATE}
+FORMATS = tuple(PROMPTS)
 
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 _NUM = r"-?\d+(?:\.\d+)?"
@@ -39,7 +48,16 @@ EQUATION_RE = re.compile(rf"(?<![\d.])({_NUM}(?:\s*[-+*/]\s*{_NUM})+)\s*=\s*({_N
 FINAL_RE = re.compile(r"####\s*(-?[\d,]*\.?\d+)")
 _BLOCK_RE = re.compile(r"<<[^<>]*>>")
 
-__all__ = ["read_jsonl", "write_jsonl", "strip_annotations", "to_sft_row", "verify", "safe_eval"]
+__all__ = [
+    "read_jsonl",
+    "write_jsonl",
+    "strip_annotations",
+    "to_sft_row",
+    "verify",
+    "safe_eval",
+    "last_boxed",
+    "final_answer",
+]
 
 
 def strip_annotations(answer: str) -> str:
@@ -47,10 +65,65 @@ def strip_annotations(answer: str) -> str:
     return _BLOCK_RE.sub("", answer)
 
 
+def last_boxed(text: str) -> str | None:
+    """Content of the last `\\boxed{...}` (braces balanced), or None."""
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    depth = 0
+    for i in range(start + len("\\boxed"), len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[start + len("\\boxed{") : i]
+    return None
+
+
+def answer_format(problem: dict) -> str:
+    fmt = problem.get("answer_format") or "gsm8k"
+    if fmt not in FORMATS:
+        raise ValueError(f"answer_format {fmt!r} is not one of {', '.join(FORMATS)}")
+    return fmt
+
+
+def final_answer(problem: dict) -> str:
+    """The short final answer of a record: after a GSM8K `####`, or the whole (MATH/AIME) answer."""
+    answer = str(problem["answer"])
+    return answer.rsplit("####", 1)[1].strip() if "####" in answer else answer.strip()
+
+
+def _working(problem: dict, direct: bool) -> str:
+    """The worked solution before the final answer: GSM8K's answer body, or a MATH/AIME solution."""
+    answer = str(problem["answer"])
+    if "####" in answer:
+        body = answer.rsplit("####", 1)[0].rstrip()
+        return strip_annotations(body) if direct else body
+    solution = problem.get("solution")
+    return solution.strip() if isinstance(solution, str) else ""
+
+
 def to_sft_row(problem: dict, direct: bool = False) -> dict:
-    """A prompt/completion training row; `direct` drops the calculator annotations."""
-    answer = strip_annotations(problem["answer"]) if direct else problem["answer"]
-    return {"prompt": PROMPT_TEMPLATE.format(question=problem["question"]), "completion": " " + answer}
+    """A prompt/completion training row in the record's answer format (see the module doc).
+
+    gsm8k: the solution ending in `#### N`; `direct` drops the calculator annotations.
+    boxed: the worked solution ending in `\\boxed{answer}` (a box is appended when the solution's
+    own last box is not the answer verbatim); `direct` is the boxed answer alone.
+    """
+    fmt = answer_format(problem)
+    prompt = PROMPTS[fmt].format(question=problem["question"])
+    final = final_answer(problem)
+    if fmt == "gsm8k":
+        answer = str(problem["answer"])
+        if "####" not in answer:  # a short (MATH/AIME) answer graded the GSM8K way
+            answer = f"{_working(problem, direct)}\n#### {final}".lstrip()
+        completion = strip_annotations(answer) if direct else answer
+    elif direct:
+        completion = f"\\boxed{{{final}}}"
+    else:
+        work = _working(problem, direct=False)
+        if last_boxed(work) != final:
+            work = f"{work}\nThe final answer is $\\boxed{{{final}}}$.".lstrip()
+        completion = work
+    return {"prompt": prompt, "completion": " " + completion}
 
 
 def safe_eval(expr: str) -> float:
@@ -89,7 +162,7 @@ def verify(answer: str) -> str:
     answer = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", answer)
     final = FINAL_RE.search(answer)
     if not final:
-        return "no_final"
+        return "unverifiable" if last_boxed(answer) is not None else "no_final"
     body = answer[: final.start()]
     annotations = ANNOTATION_RE.findall(body)
     equations = [(e, v) for e, v in EQUATION_RE.findall(strip_annotations(body))]
@@ -161,12 +234,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("inp")
     p.add_argument("out")
     p.set_defaults(fn=cmd_clean)
-    p = sub.add_parser("from-pool", help="sample N problems of a GSM8K-schema pool into SFT rows")
+    p = sub.add_parser("from-pool", help="sample N pool problems into SFT rows in their answer format")
     p.add_argument("pool")
     p.add_argument("out")
     p.add_argument("--n", type=int, required=True)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--direct", action="store_true", help="strip the <<expr=value>> annotations")
+    p.add_argument(
+        "--direct",
+        action="store_true",
+        help="gsm8k records: strip the <<expr=value>> annotations; boxed records: the boxed answer alone",
+    )
     p.set_defaults(fn=cmd_from_pool)
     p = sub.add_parser("merge", help="concatenate JSONL files, dropping exact duplicate rows")
     p.add_argument("inputs", nargs="+", metavar="IN")

@@ -3,9 +3,11 @@
 Generation pauses whenever the model opens a calculator annotation and writes its `=`
 (`<<12+5=`); the harness evaluates the expression the MODEL wrote, appends the value and
 `>>`, and lets the model continue, as the original GSM8K calculator did. The final answer is
-the model's `#### N`, or else the last number it wrote. With votes > 1 it samples several
-solutions and returns the majority answer (self-consistency). It never answers on its own:
-with a model that writes nothing, it answers nothing.
+the model's last `\\boxed{...}` or `#### N`, or else the last number it wrote, and it is written
+the way the observation's "format" is graded: `\\boxed{a}` for "boxed" (MATH-500, AIME, asked for
+with "prompt_boxed"), `#### a` otherwise. With votes > 1 it samples several solutions and returns
+the majority answer (self-consistency). It never answers on its own: with a model that writes
+nothing, it answers nothing.
 """
 
 import ast
@@ -47,12 +49,40 @@ def open_annotation(text: str) -> str | None:
     return text[start + 2 :].rstrip()[:-1]
 
 
+def last_boxed(text: str) -> str | None:
+    """Content of the last `\\boxed{...}` (braces balanced), or None."""
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    depth = 0
+    for i in range(start + len("\\boxed"), len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[start + len("\\boxed{") : i].strip()
+    return None
+
+
 def final_answer(text: str) -> str:
+    boxed = last_boxed(text)
+    if boxed:
+        return boxed
     match = re.search(r"####\s*(-?[0-9.,]+)", text)
     if match:
         return match.group(1)
     numbers = re.findall(r"-?\d+(?:\.\d+)?", text)
     return numbers[-1] if numbers else ""
+
+
+def prompt_of(observation: dict) -> str:
+    key = "prompt_boxed" if observation.get("format") == "boxed" else "prompt"
+    return CONFIG.get(key, CONFIG["prompt"]).format(question=observation["question"])
+
+
+def written(work: str, answer: str, fmt: str | None) -> str:
+    """The answer as the observation's format is graded, after the model's working."""
+    if fmt == "boxed":
+        return f"{work}\nThe final answer is $\\boxed{{{answer}}}$."
+    return f"{re.sub(r'####.*', '', work).strip()}\n#### {answer}"
 
 
 def solve(engine, prompts: list[str], temperature: float, seed: int) -> list[str]:
@@ -89,7 +119,7 @@ def main() -> None:
     engine = ModelClient.from_env()  # the model server, at $OPENAI_BASE_URL
 
     def policy(batch: list[dict]) -> list[dict]:
-        texts = [CONFIG["prompt"].format(question=m["observation"]["question"]) for m in batch]
+        texts = [prompt_of(m["observation"]) for m in batch]
         prompts = engine.user_prompts(texts, CONFIG.get("chat", False))  # chat template, if on and any
         votes = max(1, int(CONFIG.get("votes", 1)))
         runs = [
@@ -100,8 +130,8 @@ def main() -> None:
         for j in range(len(batch)):
             answers = [final_answer(run[j]) for run in runs]
             best = Counter(a for a in answers if a).most_common(1)
-            work = re.sub(r"####.*", "", runs[0][j]).strip()
-            content = f"{work}\n#### {best[0][0]}" if best else runs[0][j]
+            fmt = batch[j]["observation"].get("format")
+            content = written(runs[0][j].strip(), best[0][0], fmt) if best else runs[0][j]
             actions.append({"type": "answer", "content": content})
         return actions
 
