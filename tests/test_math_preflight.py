@@ -55,9 +55,7 @@ def test_a_gsm8k_answer_without_its_final_line_is_named(tmp_path: Path) -> None:
     assert (
         "no final `#### N` line the strict metric can parse" in message and "Fix: correct or drop" in message
     )
-    assert "system reference" in message  # its row for that item cannot be credited either (if in the pool)
-    or_split = [line for line in message.splitlines() if line.startswith("item ")]
-    assert len(or_split) == 1
+    assert message.count("\n") == 0  # one problem: its training rows are not blamed on the systems
 
 
 def test_an_empty_math500_answer_is_named(tmp_path: Path) -> None:
@@ -98,4 +96,4 @@ def test_targets_the_metric_cannot_credit_are_refused(tmp_path: Path) -> None:
         task, data, Systems(tmp_path / "initial", tmp_path / "reference"), SandboxConfig()
     )
     assert [p.where for p in found] == ["system reference", "system initial"]
-    assert "have no answer the boxed metric can read" in found[1].what
+    assert "with no answer the boxed metric can read" in found[1].what

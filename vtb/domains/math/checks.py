@@ -43,11 +43,18 @@ def _item_problem(item: dict, metric: str) -> str | None:
     return None
 
 
-def gold(splits: dict[str, list[dict]], metric: str) -> list[Problem]:
-    """Every item of every split: its gold answer scores 1 and an empty answer 0."""
+def bad_items(splits: dict[str, list[dict]], metric: str) -> dict[str, list[tuple[dict, str]]]:
+    """Per split, the items whose gold answer the metric does not score 1 (or credits empty), and why."""
+    return {
+        name: [(i, what) for i in items if (what := _item_problem(i, metric))]
+        for name, items in splits.items()
+    }
+
+
+def gold(bad: dict[str, list[tuple[dict, str]]]) -> list[Problem]:
+    """Every item of every split: its gold answer scores 1 and an empty answer 0 (`bad_items`)."""
     problems: list[Problem] = []
-    for name, items in splits.items():
-        found = [(item, what) for item in items if (what := _item_problem(item, metric))]
+    for name, found in bad.items():
         for item, what in found[:MAX_NAMED]:
             problems.append(Problem(f"item {item.get('id')} (split {name})", what, FIX_DATA))
         if len(found) > MAX_NAMED:
@@ -79,13 +86,16 @@ def _readable(text: str, metric: str) -> bool:
     return extract(text) != grading.INVALID
 
 
-def targets(pool: list[dict], metric: str, systems: Systems, clean_initial: list[dict]) -> list[Problem]:
+def targets(
+    pool: list[dict], metric: str, systems: Systems, clean_initial: list[dict], skip: set[str] = frozenset()
+) -> list[Problem]:
     """The systems' training targets, played back as completions, are what the metric credits.
 
     The reference's rows and the initial system's rows without their deliberate noise must all
     score 1; every row the initial system trains on (noisy ones too) must at least be readable.
+    Rows of the items in `skip` (gold answers already refused by `gold`) are not checked again.
     """
-    by_prompt = {datatools.to_sft_row(item)["prompt"]: item for item in pool}
+    by_prompt = {datatools.to_sft_row(i)["prompt"]: i for i in pool if str(i.get("id")) not in skip}
     fix = (
         "the system's rows must end the way the metric reads answers (`\\boxed{...}` for boxed, "
         f"`#### N` for strict): {FIX_METRIC}, or fix datatools.to_sft_row"
@@ -106,9 +116,14 @@ def targets(pool: list[dict], metric: str, systems: Systems, clean_initial: list
             )
             problems.append(Problem(f"system {label}", what, fix))
     unreadable = [
-        i for i, row in enumerate(_rows(systems.initial)) if not _readable(str(row.get("completion")), metric)
+        i
+        for i, row in enumerate(_rows(systems.initial))
+        if row.get("prompt") in by_prompt and not _readable(str(row.get("completion")), metric)
     ]
     if unreadable:
-        what = f"{len(unreadable)} training rows have no answer the {metric} metric can read: rows {unreadable[:MAX_NAMED]}"
+        what = (
+            f"{len(unreadable)} training row(s) with no answer the {metric} metric can read: "
+            f"rows {unreadable[:MAX_NAMED]}"
+        )
         problems.append(Problem("system initial", what, fix))
     return problems

@@ -206,7 +206,9 @@ class MathDomain:
         """vtb/preflight.py: gold answers credited and empty ones not, the systems' targets credited."""
         splits = {name: self.split(data_dir, name) for name in ("pool", "val", "test")}
         clean = initial_rows(task, splits["pool"], noise=0.0)
-        return checks.gold(splits, task.metric) + checks.targets(splits["pool"], task.metric, systems, clean)
+        bad = checks.bad_items(splits, task.metric)
+        skip = {str(item.get("id")) for found in bad.values() for item, _ in found}
+        return checks.gold(bad) + checks.targets(splits["pool"], task.metric, systems, clean, skip)
 
     def episodes(self, data_dir: Path, split: str, task: MathConfig, sandbox=None) -> list[MathEpisode]:
         return [MathEpisode(item, task.metric, self.env) for item in self.split(data_dir, split)]
