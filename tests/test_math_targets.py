@@ -98,3 +98,27 @@ def test_noisy_initial_rows_stay_in_the_metrics_format(tmp_path: Path, name: str
     rows = read_rows(tmp_path / "initial" / "data" / "train.jsonl")
     assert rows and all("\\boxed{" in r["completion"] for r in rows)
     assert set(played_back(domain, task, data, rows).values()) == {0.0}
+
+
+def test_clean_keeps_boxed_rows_and_drops_unanswered_ones(tmp_path: Path) -> None:
+    """`datatools clean` kept only `#### N` rows, so it emptied a MATH-500 training set."""
+    domain, task, data = provision(tmp_path, "math500")
+    rows = [to_sft_row(p) for p in domain.split(data, "pool")]
+    rows.append({"prompt": rows[0]["prompt"], "completion": " 23"})  # a bare answer: no metric credits it
+    src = tmp_path / "rows.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vtb.domains.math.kit.datatools",
+            "clean",
+            str(src),
+            str(tmp_path / "kept.jsonl"),
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert f"kept: {len(rows) - 1}" in out and "dropped: 1" in out
