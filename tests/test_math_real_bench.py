@@ -129,8 +129,8 @@ def test_thirty_aime_problems_with_default_sizes_are_refused_before_any_model(tm
     wall = time.monotonic() - start
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out[-3000:]
-    assert "split test: has 0 items, the config asks for 200" in proc.stderr
-    assert "split val: has 30 items, the config asks for 100" in proc.stderr
+    assert "split test: has 0 items, 200 needed (task.n_test=200)" in proc.stderr
+    assert "split val: has 30 items, 100 needed (task.n_val=100)" in proc.stderr
     assert out.count("Fix: set task.n_val=7 task.n_test=15 (leaving 8 for the pool)") == 3  # printed once
     assert "Traceback" not in out and "initial system (test)" not in out
     assert not (cache / "models").exists()  # refused before the base model

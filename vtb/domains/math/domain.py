@@ -205,13 +205,14 @@ class MathDomain:
     ) -> list[Problem]:
         """vtb/preflight.py: gold answers credited and empty ones not, the systems' targets credited."""
         splits = {name: self.split(data_dir, name) for name in ("pool", "val", "test")}
-        clean = initial_rows(task, splits["pool"], noise=0.0)
-        bad = checks.bad_items(splits, task.metric)
+        metric, clean = loaders.metric_of(task), initial_rows(task, splits["pool"], noise=0.0)
+        bad = checks.bad_items(splits, metric)
         skip = {str(item.get("id")) for found in bad.values() for item, _ in found}
-        return checks.gold(bad) + checks.targets(splits["pool"], task.metric, systems, clean, skip)
+        return checks.gold(bad) + checks.targets(splits["pool"], metric, systems, clean, skip)
 
     def episodes(self, data_dir: Path, split: str, task: MathConfig, sandbox=None) -> list[MathEpisode]:
-        return [MathEpisode(item, task.metric, self.env) for item in self.split(data_dir, split)]
+        metric = loaders.metric_of(task)  # task.metric, resolved by MathConfig; a plain TaskConfig too
+        return [MathEpisode(item, metric, self.env) for item in self.split(data_dir, split)]
 
     def metrics(self, episodes: list[MathEpisode], task: MathConfig) -> dict:
         return {}
