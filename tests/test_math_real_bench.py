@@ -52,7 +52,7 @@ BENCHES = {
         "math500_test.jsonl",
         "jsonl",
         "boxed",
-        ["task.n_val=3", "task.n_test=3", "reference=true"],
+        ["task.n_val=3", "task.n_test=3"],
     ),
     "aime-aimo-parquet": (
         "aime",

@@ -122,3 +122,33 @@ def test_clean_keeps_boxed_rows_and_drops_unanswered_ones(tmp_path: Path) -> Non
         text=True,
     ).stdout
     assert f"kept: {len(rows) - 1}" in out and "dropped: 1" in out
+
+
+def test_the_shipped_harnesses_ask_and_answer_in_the_observations_format() -> None:
+    """The calculator harness wrote `#### N` for every source; boxed sources need `\\boxed{N}`."""
+    import importlib.util
+
+    harnesses = ROOT / "vtb" / "domains" / "math" / "kit" / "harnesses"
+    loaded = {}
+    for name in ("initial", "calculator"):
+        spec = importlib.util.spec_from_file_location(f"math_{name}_harness", harnesses / name / "harness.py")
+        loaded[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(loaded[name])
+    item = {"question": "What is $2+3$?", "answer": "5", "answer_format": "boxed"}
+    for harness in loaded.values():  # the prompt of the training rows, for either format
+        assert (
+            harness.prompt_of({"question": item["question"], "format": "boxed"}) == to_sft_row(item)["prompt"]
+        )
+        gsm = {**item, "answer": "2 + 3 = 5\n#### 5", "answer_format": "gsm8k"}
+        assert (
+            harness.prompt_of({"question": item["question"], "format": "gsm8k"}) == to_sft_row(gsm)["prompt"]
+        )
+    calc = loaded["calculator"]
+    work = "$2 + 3 = 5$, so the answer is $\\boxed{5}$."
+    assert calc.final_answer(work) == "5" and calc.final_answer("2 + 3 = <<2+3=5>>5\n#### 5") == "5"
+    domain = MathDomain()
+    for fmt, metric in (("boxed", "boxed"), ("gsm8k", "strict")):
+        answer = calc.written(work, calc.final_answer(work), fmt)
+        assert (
+            domain.env.reward({**item, "answer": "5"}, {"type": "answer", "content": answer}, metric) == 1.0
+        )
