@@ -97,3 +97,17 @@ def test_targets_the_metric_cannot_credit_are_refused(tmp_path: Path) -> None:
     )
     assert [p.where for p in found] == ["system reference", "system initial"]
     assert "with no answer the boxed metric can read" in found[1].what
+
+
+def test_a_metric_that_cannot_read_the_sources_answers_is_refused_with_the_metric_as_the_fix(
+    tmp_path: Path,
+) -> None:
+    """task.metric=strict on MATH-500: fractions cannot be written as `#### N` (warned, then refused)."""
+    domain, task, data = provision(tmp_path, "math500", metric="strict")
+    message = refusal(tmp_path, domain, task, data)
+    assert "the strict metric does not credit its own gold answer '\\\\frac{3}{4}'" in message
+    assert "Fix: drop task.metric to grade with the source's own metric" in message
+    domain, task, data = provision(
+        tmp_path / "aime", "aime", metric="strict"
+    )  # integers: `#### N` reads them
+    assert refusal(tmp_path / "aime", domain, task, data) == ""

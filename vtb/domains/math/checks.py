@@ -34,7 +34,8 @@ def _item_problem(item: dict, metric: str) -> str | None:
     answer = str(item.get("answer", ""))
     if not datatools.final_answer(item):
         return f"its gold answer {answer!r} is empty"
-    if metric in ("strict", "flexible") and grading.strict_extract(answer) == grading.INVALID:
+    solution = len(answer.split()) > 1  # a GSM8K solution, not a short MATH/AIME value
+    if metric in ("strict", "flexible") and solution and grading.strict_extract(answer) == grading.INVALID:
         return f"its gold answer has no final `#### N` line the {metric} metric can parse ({answer[-60:]!r})"
     if grading.score(gold_response(item, metric), item, metric) != 1.0:
         return f"the {metric} metric does not credit its own gold answer {datatools.final_answer(item)!r}"
@@ -51,16 +52,16 @@ def bad_items(splits: dict[str, list[dict]], metric: str) -> dict[str, list[tupl
     }
 
 
-def gold(bad: dict[str, list[tuple[dict, str]]]) -> list[Problem]:
-    """Every item of every split: its gold answer scores 1 and an empty answer 0 (`bad_items`)."""
+def gold(bad: dict[str, list[tuple[dict, str]]], own_metric: bool = True) -> list[Problem]:
+    """Every item of every split: its gold answer scores 1 and an empty answer 0 (`bad_items`).
+    `own_metric`: the metric reads the source's own answer format (else the fix is the metric)."""
+    fix = FIX_DATA if own_metric else f"{FIX_METRIC} (task.metric reads another answer format)"
     problems: list[Problem] = []
     for name, found in bad.items():
         for item, what in found[:MAX_NAMED]:
-            problems.append(Problem(f"item {item.get('id')} (split {name})", what, FIX_DATA))
+            problems.append(Problem(f"item {item.get('id')} (split {name})", what, fix))
         if len(found) > MAX_NAMED:
-            problems.append(
-                Problem(f"split {name}", f"{len(found) - MAX_NAMED} more items like these", FIX_DATA)
-            )
+            problems.append(Problem(f"split {name}", f"{len(found) - MAX_NAMED} more items like these", fix))
     return problems
 
 

@@ -208,7 +208,8 @@ class MathDomain:
         metric, clean = loaders.metric_of(task), initial_rows(task, splits["pool"], noise=0.0)
         bad = checks.bad_items(splits, metric)
         skip = {str(item.get("id")) for found in bad.values() for item, _ in found}
-        return checks.gold(bad) + checks.targets(splits["pool"], metric, systems, clean, skip)
+        own = metric in loaders.SAME_FORMAT[loaders.SOURCE_METRICS[task.source]]
+        return checks.gold(bad, own) + checks.targets(splits["pool"], metric, systems, clean, skip)
 
     def episodes(self, data_dir: Path, split: str, task: MathConfig, sandbox=None) -> list[MathEpisode]:
         metric = loaders.metric_of(task)  # task.metric, resolved by MathConfig; a plain TaskConfig too
