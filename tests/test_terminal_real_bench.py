@@ -11,22 +11,20 @@ grading by the tasks' own tests); the refusals stop a bench at preflight, before
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import needs_bwrap, sandbox_backend
+from tests.conftest import needs_bwrap
 from vtb.preflight import PreflightError
 
 pytestmark = [pytest.mark.slow, needs_bwrap()]
 
 FIXTURES = Path(__file__).parent / "fixtures" / "terminal"
 HOSTROOT_BASES = (
-    'task.base_images=["python:3.13-slim=vtb/hostroot:latest",'
-    '"ubuntu:24.04=vtb/hostroot:latest"]'
+    'task.base_images=["python:3.13-slim=vtb/hostroot:latest","ubuntu:24.04=vtb/hostroot:latest"]'
 )
 TINY = [
     "task=terminal",

@@ -51,16 +51,22 @@ class ImageState:
     Such a task's /app and everything else live in the container's own layer, not in a host
     folder, so a shell that ends (killed at a timeout, or by its own `exit`) is snapshotted
     (files, no processes) and the next shell, and the hidden tests, start from that snapshot.
-    `release()` removes the snapshots once the tests ran.
+    `release()` removes the snapshots once the tests ran. `native`: what every container of the
+    task gets beside its image (DockerSandbox.with_image's disk_mb and cpus, a task's own limits).
     """
 
-    def __init__(self, sandbox, image: str, workdir: str = "/app") -> None:
+    def __init__(self, sandbox, image: str, workdir: str = "/app", native: dict | None = None) -> None:
         self.sandbox, self.image, self.current, self.workdir = sandbox, image, image, workdir
+        self.native = dict(native or {})
         self._snapshots: list[str] = []
         self.changes: list[dict] = []  # docker's diff of every shell's layer: {"Path", "Kind"}
 
     def shell_sandbox(self):
-        return self.sandbox.with_image(self.current, keep=True)
+        return self.sandbox.with_image(self.current, keep=True, **self.native)
+
+    def test_sandbox(self):
+        """A fresh container from the state the agent left, with the same limits as its shells."""
+        return self.sandbox.with_image(self.current, **self.native)
 
     def keep(self, proc) -> None:
         """The ended shell's container becomes the state the next one starts from."""

@@ -249,7 +249,7 @@ class DockerSandbox:
         if runtime not in ("host", "image"):  # "native" only through with_image
             raise ValueError(f"sandbox.runtime={runtime!r} is not one of host, image")
         self.image = image
-        self.disk_mb, self.keep = NATIVE_DISK_MB, False
+        self.disk_mb, self.keep, self.cpus = NATIVE_DISK_MB, False, None
         self.gpus = gpus
         self._gpu_set = sandbox_gpus(gpus, gpu_reader)  # checked before any engine work
         self.runtime = runtime
@@ -268,7 +268,9 @@ class DockerSandbox:
         cleanup_stale(self.api)
         _register_exit_cleanup()
 
-    def with_image(self, image: str, disk_mb: int = NATIVE_DISK_MB, keep: bool = False) -> DockerSandbox:
+    def with_image(
+        self, image: str, disk_mb: int = NATIVE_DISK_MB, keep: bool = False, cpus: float | None = None
+    ) -> DockerSandbox:
         """This sandbox, starting its containers from a task's own image, as published.
 
         For environments that exist only as an image (SWE-bench's per-instance images, a
@@ -279,14 +281,16 @@ class DockerSandbox:
         from outside, and the layer's size capped at `disk_mb` (killed="disk"), since a writable
         root is disk the memory cap does not see. keep=True: a container that ends stays (its
         files, none of its processes) until `proc.remove()`, so `snapshot` can take a state its
-        shell left by exiting or by being killed.
+        shell left by exiting or by being killed. cpus: the container's CPU quota (docker's
+        `--cpus`: its processes together get that many cores' time), as a task's own
+        environment asks for (Harbor's [environment] cpus); None = no quota.
         """
         try:
             self.api.inspect_image(image)
         except self._docker.errors.ImageNotFound:
             raise RuntimeError(f"sandbox=docker: image {image} is missing (build or pull it first)") from None
         view = copy.copy(self)
-        view.image, view.runtime, view.disk_mb, view.keep = image, "native", disk_mb, keep
+        view.image, view.runtime, view.disk_mb, view.keep, view.cpus = image, "native", disk_mb, keep, cpus
         return view
 
     def snapshot(self, proc: DockerProcess, repository: str = "vtb-snapshot") -> str:
@@ -338,6 +342,7 @@ class DockerSandbox:
             device_requests=requests,
             ipc_mode="private",
             cpu_shares=cpu_shares(),
+            nano_cpus=round(self.cpus * 1e9) if self.cpus else None,
         )
 
     def start(

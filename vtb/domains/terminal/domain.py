@@ -16,7 +16,7 @@ from pathlib import Path
 from vtb.config import SandboxConfig, TaskConfig
 from vtb.domains import common, salt
 from vtb.domains.registry import register_domain
-from vtb.domains.terminal import generator, images, loaders
+from vtb.domains.terminal import checks, generator, images, loaders
 from vtb.domains.terminal.env import TerminalEpisode
 from vtb.domains.terminal.kit import datatools
 from vtb.preflight import Problem, Systems
@@ -129,12 +129,9 @@ class TerminalDomain(common.RowSystems):
     def preflight(
         self, task: TaskConfig, data_dir: Path, systems: Systems, sandbox: SandboxConfig
     ) -> list[Problem]:
-        """vtb/preflight.py: the backend can run every task's environment."""
-        try:
-            self.check_sandbox(data_dir, sandbox.backend)
-        except ValueError as e:
-            return [Problem(f"sandbox={sandbox.backend}", str(e), "use sandbox=docker")]
-        return []
+        """vtb/preflight.py: one container per task, the backend runs every task's environment, every
+        image builds, and the grader resolves a gold solution and not an empty one (checks.py)."""
+        return checks.problems(self, task, data_dir, sandbox)
 
     def check_sandbox(self, data_dir: Path, backend: str) -> None:
         """Refuse, at provisioning, tasks the backend would run with a missing environment."""
@@ -171,6 +168,4 @@ def _image(t: dict, sandbox, task: TerminalConfig) -> tuple[str, str]:
     """(image tag, working dir) of a task built from its Dockerfile, built now when missing."""
     if not hasattr(sandbox, "with_image"):
         raise ValueError(_needs_docker([t["id"]], getattr(sandbox, "name", "?")))
-    tag = images.ensure_image(sandbox.api, t, task.base_map(), task.build_network)
-    workdir = (sandbox.api.inspect_image(tag).get("Config") or {}).get("WorkingDir") or "/"
-    return tag, workdir
+    return images.built_image(sandbox, t, task.base_map(), task.build_network)

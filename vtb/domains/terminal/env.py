@@ -6,6 +6,12 @@ episode has its own /app folder (a copy of the task's files) and its own persist
 fresh sandbox with no network. The hidden tests never enter that sandbox: they are copied into
 another one, read-only, only after the agent is done (grading.run_tests), as Terminal-Bench does.
 Resolved = every parsed test passed.
+
+A task's own limits (Harbor's [environment], loaders.py "resources") replace the defaults:
+memory_mb caps the shell and the tests on every backend; on docker, a task built from its
+Dockerfile also gets cpus as its containers' CPU quota and storage_mb as the cap on their
+writable layer (killed="disk" past it). A copy-only task's /app is a host folder: storage_mb
+does not apply there, nor cpus on bwrap (its CPU-seconds and wall limits do).
 """
 
 from __future__ import annotations
@@ -52,7 +58,11 @@ class TerminalEpisode:
         self.id = f"{task['id']}.t{trial}"
         self.folder = scratch / self.id
         self.app_dir = self.folder / "app"
-        self.image = ImageState(sandbox, *image) if image else None
+        resources = task.get("resources") or {}
+        self.memory_mb = int(resources.get("memory_mb") or MEMORY_MB)
+        native = {"cpus": resources.get("cpus"), "disk_mb": resources.get("storage_mb")}
+        native = {k: v for k, v in native.items() if v}
+        self.image = ImageState(sandbox, *image, native=native) if image else None
         if self.image is None:
             materialize(task.get("files", {}), self.app_dir)
         self._grade = BackgroundGrade(self._run_tests)
@@ -62,7 +72,7 @@ class TerminalEpisode:
             self.image,
             max_steps=max_steps,
             seconds=float(task.get("max_agent_timeout_sec", 60)),
-            memory_mb=MEMORY_MB,
+            memory_mb=self.memory_mb,
             max_processes=MAX_PROCESSES,
             on_over=self._grade.start,
         )
@@ -99,14 +109,14 @@ class TerminalEpisode:
         """Run once, in the background once the episode is over; then drop the episode's folder."""
         limit = float(self.task.get("max_test_timeout_sec", 30))
         limits = Limits(
-            wall_seconds=limit, cpu_seconds=limit, memory_mb=MEMORY_MB, max_processes=MAX_PROCESSES
+            wall_seconds=limit, cpu_seconds=limit, memory_mb=self.memory_mb, max_processes=MAX_PROCESSES
         )
         try:
             if self.image is None:
                 return grading.run_tests(self.sandbox, self.app_dir, self.task, limits)
             state = self.image
             return grading.run_tests(
-                self.sandbox, None, self.task, limits, state.current, state.workdir, state.changes
+                state.test_sandbox(), None, self.task, limits, state.current, state.workdir, state.changes
             )
         finally:
             shutil.rmtree(self.folder, ignore_errors=True)

@@ -144,7 +144,7 @@ def run_tests(
     """Grade the state in `app_dir`; returns (statuses, log). Call after the agent's shell is closed.
 
     `image`: a task built from its Dockerfile is graded in a fresh container from the state the
-    agent left (the final shell's snapshot, see shell.ImageState), with the tests mounted at
+    agent left (`sandbox` is then already that image's view, ImageState.test_sandbox, with the task's limits) (the final shell's snapshot, see shell.ImageState), with the tests mounted at
     /tests only now, by the format's own rule: Terminal-Bench's `bash /tests/run-tests.sh` (or
     pytest on test_outputs.py when the task has none), Harbor's `bash /tests/test.sh`.
     The wall limit is the task's max_test_timeout_sec; a killed run or a pytest exit code that
@@ -168,7 +168,7 @@ def run_tests(
             argv = [sys.executable, "-P", "-m", "pytest", "/tests/test_outputs.py", "-rA"]
             argv += ["-p", "no:cacheprovider", "--rootdir=/tests", "--confcutdir=/tests", "-q"]
         else:
-            runner, cwd, mounts = sandbox.with_image(image), workdir, [Mount(tests, "/tests")]
+            runner, cwd, mounts = sandbox, workdir, [Mount(tests, "/tests")]
             logs.chmod(0o777)  # the image's own user writes the reward (the folder's parent is private)
             if "run_tests" in task and not harbor:
                 (tests / "run-tests.sh").write_text(task["run_tests"])

@@ -7,7 +7,10 @@ mapping and of every context file>`, so an edited task builds anew and an unchan
 does. Builds run with `pull=False` and no network unless asked for, as this project runs
 offline by default; `base_images` maps a Dockerfile's base (`python:3.13-slim`) to one this
 machine has (`vtb/hostroot:latest`, scripts/build_images.sh hostroot), and a missing base is an
-error that names it and that setting.
+error that names it and that setting. A Harbor task's `build_timeout_sec` stops its build (the
+connection is closed, so the engine cancels it) and names the limit; a failed build names the
+task, the engine's error and the last lines of the build's output, so preflight can refuse the
+run before any budget is spent.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import io
 import re
 import tarfile
 import threading
+import time
 
 from vtb.domains.terminal.loaders import safe_relpath
 
@@ -25,10 +29,26 @@ TAG_REPO = "vtb-task"
 _FROM = re.compile(r"^(\s*FROM\s+(?:--\S+\s+)*)(\S+)(.*)$", re.IGNORECASE | re.MULTILINE)
 _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
+TAIL_LINES = 8  # of the build's output, in a BuildError
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_NOISE = ("--->", "Removing intermediate container")
+FIX = (
+    "fix the task's Dockerfile (the step above failed) or remove the task from task.path; builds run "
+    "offline and never pull: task.build_network=host lets RUN steps download"
+)
 
 
 class BuildError(RuntimeError):
-    """A task's image could not be built; the message names the task and the cause."""
+    """A task's image could not be built: the task, what went wrong, the build's last lines, the fix."""
+
+    def __init__(self, task_id: str, what: str, fix: str = FIX, tail: list[str] | None = None):
+        self.task_id, self.what, self.fix, self.tail = str(task_id), what, fix, list(tail or [])
+        shown = "".join(f"\n    | {line}" for line in self.tail)
+        super().__init__(f"task {self.task_id}: {what}{shown}{chr(10) if shown else '. '}Fix: {fix}")
+
+    def detail(self) -> str:
+        """What went wrong with the build's last lines, for a preflight Problem."""
+        return self.what + ("; last lines of the build: " + " | ".join(self.tail) if self.tail else "")
 
 
 def map_bases(dockerfile: str, base_images: dict[str, str]) -> str:
@@ -51,7 +71,10 @@ def image_tag(task: dict, base_images: dict[str, str]) -> str:
 
 
 def ensure_image(api, task: dict, base_images: dict[str, str], network: str = "none") -> str:
-    """The task's image tag, built now if this engine does not have it yet (one build per tag)."""
+    """The task's image tag, built now if this engine does not have it yet (one build per tag).
+
+    The build is stopped past the task's own `build_timeout_sec` (Harbor's [environment]), if any.
+    """
     tag = image_tag(task, base_images)
     with _locks_guard:
         lock = _locks.setdefault(tag, threading.Lock())
@@ -60,6 +83,13 @@ def ensure_image(api, task: dict, base_images: dict[str, str], network: str = "n
             return tag
         _build(api, task, tag, base_images, network)
     return tag
+
+
+def built_image(sandbox, task: dict, base_images: dict[str, str], network: str = "none") -> tuple[str, str]:
+    """(tag, working dir) of the task's image on a docker sandbox, built now when missing."""
+    tag = ensure_image(sandbox.api, task, base_images, network)
+    workdir = (sandbox.api.inspect_image(tag).get("Config") or {}).get("WorkingDir") or "/"
+    return tag, workdir
 
 
 def _exists(api, ref: str) -> bool:
@@ -82,16 +112,22 @@ def _build(api, task: dict, tag: str, base_images: dict[str, str], network: str)
     missing = [b for b in bases(dockerfile) if b.lower() != "scratch" and not _exists(api, b)]
     if missing:
         raise BuildError(
-            f"task {task['id']}: its Dockerfile starts FROM {', '.join(missing)}, which this Docker Engine "
-            "does not have and a build here does not pull. Pre-load it (`docker pull` / `docker load -i`), "
-            f"or map it to a local image: task.base_images='[\"{missing[0]}=vtb/hostroot:latest\"]' "
-            "(scripts/build_images.sh hostroot builds that one offline)"
+            task["id"],
+            f"its Dockerfile starts FROM {', '.join(missing)}, which this Docker Engine "
+            "does not have and a build here does not pull",
+            "pre-load it (`docker pull` / `docker load -i`), or map it to a local image: "
+            f"task.base_images='[\"{missing[0]}=vtb/hostroot:latest\"]' "
+            "(scripts/build_images.sh hostroot builds that one offline)",
         )
-    context = _context_tar(env, dockerfile)
+    limit = (task.get("resources") or {}).get("build_timeout_sec")
     log: list[str] = []
+    start = time.monotonic()
+    stream = None
     try:
-        for chunk in api.build(
-            fileobj=context,
+        # timeout: no read waits longer than the limit (a silent RUN step), and the time is checked
+        # at every chunk; leaving the stream closes the connection, which cancels the build.
+        stream = api.build(
+            fileobj=_context_tar(env, dockerfile),
             custom_context=True,
             dockerfile=env["dockerfile"],
             tag=tag,
@@ -101,18 +137,39 @@ def _build(api, task: dict, tag: str, base_images: dict[str, str], network: str)
             network_mode=network,
             decode=True,
             labels={"vtb.task": str(task["id"])[:200]},
-        ):
+            timeout=limit,
+        )
+        for chunk in stream:
             if "error" in chunk:
                 raise BuildError(
-                    f"task {task['id']}: the image build failed: {chunk['error'].strip()}\n"
-                    + "".join(log[-20:])
+                    task["id"], f"the image build failed: {chunk['error'].strip()}", tail=_tail(log)
                 )
-            if "stream" in chunk:
-                log.append(chunk["stream"])
+            log += str(chunk.get("stream", "")).splitlines()
+            if limit and time.monotonic() - start > limit:
+                raise TimeoutError
     except BuildError:
         raise
-    except Exception as e:  # noqa: BLE001 (the engine's own errors: name the task)
-        raise BuildError(f"task {task['id']}: the image build failed: {e}") from e
+    except Exception as e:  # noqa: BLE001 (the engine's own errors, a read past the limit: name the task)
+        if limit and time.monotonic() - start >= limit:
+            raise BuildError(
+                task["id"],
+                f"the image build took longer than its build_timeout_sec = {limit:g} "
+                "(task.toml [environment]) and was stopped",
+                "raise build_timeout_sec in the task's task.toml, or build the image beforehand "
+                f"(tagged {tag}, it is then found and not built)",
+                _tail(log),
+            ) from None
+        raise BuildError(task["id"], f"the image build failed: {e}", tail=_tail(log)) from e
+    finally:
+        if stream is not None:
+            stream.close()
+
+
+def _tail(log: list[str]) -> list[str]:
+    """The build's last lines that say something: no colour codes, no layer ids, no clean-up notes."""
+    lines = [_ANSI.sub("", line).rstrip() for line in log]
+    lines = [x for x in lines if x.strip() and not x.lstrip().startswith(_NOISE)]
+    return [x[:300] for x in lines[-TAIL_LINES:]]
 
 
 def _context_tar(env: dict, dockerfile: str) -> io.BytesIO:

@@ -14,7 +14,9 @@ Terminal-Bench (v1) folder::
 
 Harbor / Terminal-Bench 2 folder::
 
-    task.toml            [metadata] difficulty/category/tags, [agent]/[verifier] timeout_sec
+    task.toml            [metadata] difficulty/category/tags, [agent]/[verifier] timeout_sec,
+                         [environment] cpus, memory_mb, storage_mb, build_timeout_sec (kept as
+                         "resources"; the older memory = "2G" / storage = "10G" read too)
     instruction.md
     tests/test.sh        writes the reward (1 or 0) to /logs/verifier/reward.txt
     solution/solve.sh
@@ -27,6 +29,11 @@ the task then carries "environment" (its Dockerfile and build context, base64) a
 on sandbox=docker, in the image built from it (vtb/domains/terminal/images.py), never with a
 silently empty /app. App files must be UTF-8 text; a Terminal-Bench run-tests.sh is kept as
 "run_tests" (built tasks run it, as Terminal-Bench does; the others run pytest themselves).
+
+A docker-compose.yaml (Terminal-Bench: beside task.yaml; Harbor: in environment/) that declares
+services beyond the task's own container (Terminal-Bench's `client`, Harbor's `main`) makes a
+multi-container task: kept as "compose" ({"file", "services"}) so that preflight refuses it by
+name; this project runs one container per episode.
 """
 
 from __future__ import annotations
@@ -54,6 +61,9 @@ DOCKERFILE = f"FROM {BASE_IMAGE}\nCOPY app/ /app/\nWORKDIR /app\n"
 NO_FILES = {"FROM", "WORKDIR", "ENV", "LABEL", "CMD", "ENTRYPOINT", "USER", "ARG", "SHELL", "EXPOSE"}
 APP_COPY = re.compile(r"^COPY\s+(?:--\S+\s+)*\.?/?app/?\s+/app/?$", re.IGNORECASE)
 MAX_CONTEXT_BYTES = 64 << 20  # a build context held in the task dict (JSON, base64)
+OWN_SERVICE = {"terminal-bench": "client", "harbor": "main"}  # the agent's container in a compose file
+COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml")
+RESOURCES = ("cpus", "memory_mb", "storage_mb", "build_timeout_sec")  # Harbor's [environment]
 NOT_CONTEXT = ("tests", "solution", "solution.sh", "solution.yaml", "run-tests.sh")  # never in the image
 
 
@@ -172,6 +182,7 @@ def _read_terminal_bench(folder: Path) -> dict:
         app=folder / "app",
         dockerfile=folder / "Dockerfile",
         run_tests=folder / "run-tests.sh",
+        compose_dir=folder,
     )
 
 
@@ -192,6 +203,8 @@ def _read_harbor(folder: Path) -> dict:
         solution=_script_body(solve.read_text()) if solve.is_file() else "",
         app=folder / "environment" / "app",
         dockerfile=folder / "environment" / "Dockerfile",
+        compose_dir=folder / "environment",
+        resources=_resources(config.get("environment", {}), folder / "task.toml"),
     )
 
 
@@ -207,7 +220,9 @@ def _task(
     solution,
     app,
     dockerfile,
+    compose_dir,
     run_tests=None,
+    resources=None,
 ) -> dict:
     task = {
         "id": folder.name,
@@ -224,11 +239,60 @@ def _task(
         "max_test_timeout_sec": _number(test_timeout, DEFAULT_TEST_TIMEOUT),
         "format": fmt,
     }
+    if resources:
+        task["resources"] = resources
+    if compose := _compose(folder, compose_dir, OWN_SERVICE[fmt]):
+        task["compose"] = compose
     if dockerfile.is_file() and needs_build(_text(dockerfile)):
         task["environment"] = _environment(dockerfile)
         if run_tests is not None and run_tests.is_file():  # only a built task runs it
             task["run_tests"] = _text(run_tests)
     return task
+
+
+def _resources(env: object, where: Path) -> dict[str, float | int]:
+    """Harbor's [environment] limits that this project enforces (see env.py), checked as numbers > 0.
+
+    Harbor writes `memory_mb` and `storage_mb`; older task.toml files say `memory = "2G"` and
+    `storage = "10G"`, read into the same fields.
+    """
+    if not isinstance(env, dict):
+        raise ValueError(f"{where}: [environment] is not a table")
+    raw = {k: env[k] for k in RESOURCES if k in env}
+    for old, new in (("memory", "memory_mb"), ("storage", "storage_mb")):
+        if new not in raw and old in env:
+            raw[new] = _megabytes(env[old], f"{where}: [environment] {old}")
+    out: dict[str, float | int] = {}
+    for key, value in raw.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise ValueError(f"{where}: [environment] {key} = {value!r} is not a number above 0")
+        out[key] = int(value) if key.endswith("_mb") else float(value)
+    return out
+
+
+def _megabytes(value: object, where: str) -> int:
+    """'2G', '512M', '1024' (megabytes) as megabytes."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*", str(value), re.IGNORECASE)
+    if not m:
+        raise ValueError(f"{where} = {value!r} is not a size such as '2G' or '512M'")
+    scale = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 * 1024}[m.group(2).upper()]
+    return max(1, round(float(m.group(1)) * scale))
+
+
+def _compose(folder: Path, compose_dir: Path, own: str) -> dict | None:
+    """{"file", "services"} when the task's compose file declares containers beyond its own."""
+    for name in COMPOSE_FILES:
+        path = compose_dir / name
+        if not path.is_file():
+            continue
+        rel = path.relative_to(folder).as_posix()
+        try:
+            services = (yaml.safe_load(_text(path)) or {}).get("services") or {}
+            names = sorted(str(s) for s in services) if isinstance(services, dict) else []
+        except (yaml.YAMLError, AttributeError) as e:
+            return {"file": rel, "services": [f"<unreadable: {str(e).splitlines()[0]}>"]}
+        return {"file": rel, "services": names} if set(names) - {own} else None
+    return None
 
 
 def needs_build(dockerfile: str) -> bool:
