@@ -4,13 +4,16 @@ Each task's /app input comes only through a `COPY` in its Dockerfile (FROM a pub
 mapped to the local vtb/hostroot, as an offline machine would). On docker the image is built
 from the Dockerfile, the gold solution resolves and doing nothing does not; on bwrap such a task
 is refused at provisioning and at play, never started with an empty /app. The agent's state
-outlives a shell that exits, and what it plants for the tests does not count.
+outlives a shell that exits, and what it plants for the tests does not count. A Harbor task's
+[environment] limits (cpus, memory_mb, storage_mb, build_timeout_sec) are its containers' and its
+build's; a docker-compose.yaml with containers beyond the task's own marks it multi-container.
 """
 
 from __future__ import annotations
 
 import json
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -158,3 +161,79 @@ def test_forging_the_test_runner_is_never_a_pass(task, tmp_path, monkeypatch):
         if _play(sandbox, task, tmp_path / f"u-{hash(n)}", [f]).reward() == 1.0
     ]
     assert forged, "no forgery works even unchecked: the test shows nothing"
+
+
+# --- Harbor's [environment] limits (task.toml), as published tasks write them -----------------
+LIMITED = {
+    **HARBOR_TASK,
+    "task.toml": (
+        "[verifier]\ntimeout_sec = 30.0\n[agent]\ntimeout_sec = 60.0\n"
+        "[environment]\nbuild_timeout_sec = 120.0\ncpus = 1\nmemory_mb = 300\nstorage_mb = 50\n"
+    ),
+}
+
+
+def test_harbor_environment_limits_are_read_in_both_spellings(tmp_path):
+    task = read_task(_folder(tmp_path, "limited", LIMITED))
+    assert task["resources"] == {"build_timeout_sec": 120.0, "cpus": 1.0, "memory_mb": 300, "storage_mb": 50}
+    older = {**LIMITED, "task.toml": '[environment]\nmemory = "2G"\nstorage = "512M"\ncpus = 2\n'}
+    assert read_task(_folder(tmp_path, "older", older))["resources"] == {
+        "cpus": 2.0,
+        "memory_mb": 2048,
+        "storage_mb": 512,
+    }
+    bad = {**LIMITED, "task.toml": "[environment]\nmemory_mb = -1\n"}
+    with pytest.raises(
+        ValueError, match=r"task\.toml: \[environment\] memory_mb = -1 is not a number above 0"
+    ):
+        read_task(_folder(tmp_path, "bad", bad))
+
+
+def test_a_compose_file_with_only_the_tasks_own_container_is_not_multi_container(tmp_path):
+    own = "services:\n  client:\n    build:\n      dockerfile: Dockerfile\n"
+    assert "compose" not in read_task(_folder(tmp_path, "own", {**TB_TASK, "docker-compose.yaml": own}))
+    two = own + "  db:\n    image: postgres:16\n"
+    task = read_task(_folder(tmp_path, "two", {**TB_TASK, "docker-compose.yaml": two}))
+    assert task["compose"] == {"file": "docker-compose.yaml", "services": ["client", "db"]}
+    sidecar = "services:\n  main:\n    build: .\n  mcp-server:\n    build: mcp-server\n"
+    harbor = read_task(_folder(tmp_path, "h", {**HARBOR_TASK, "environment/docker-compose.yaml": sidecar}))
+    assert harbor["compose"]["services"] == ["main", "mcp-server"]
+
+
+@pytest.mark.docker
+def test_harbor_environment_limits_are_the_containers_limits(tmp_path):
+    hostroot_image()
+    sandbox = sandbox_backend("docker")
+    task = read_task(_folder(tmp_path, "limited", LIMITED))
+    cfg = TerminalConfig(name="terminal", base_images=[f"{k}={v}" for k, v in BASES.items()])
+    tag, workdir = images.built_image(sandbox, task, cfg.base_map())
+    ep = TerminalEpisode(task, 0, sandbox, tmp_path / "scratch", image=(tag, workdir))
+    ep.step({"type": "shell", "command": "echo up"})
+    host = sandbox.api.inspect_container(ep.turns.shell._proc.id)["HostConfig"]
+    assert host["NanoCpus"] == 10**9 and host["Memory"] == 300 << 20, host
+    ep.step({"type": "shell", "command": "python3 -c 'b = bytearray(600 << 20); print(len(b))'"})
+    ep.step({"type": "shell", "command": "head -c 120M /dev/zero > /app/big; sleep 10"})
+    ep.step({"type": "answer"})
+    statuses, _ = ep.grade()
+    assert ep.turns.usage["killed"] == ["memory", "disk"], (ep.turns.usage, ep.history)
+    assert ep.reward() == 0.0 and statuses  # the tests still ran on the state left
+
+
+@pytest.mark.docker
+def test_a_build_past_its_build_timeout_is_stopped_and_named(tmp_path):
+    hostroot_image()
+    sandbox = sandbox_backend("docker")
+    slow = {
+        **LIMITED,
+        "task.toml": "[environment]\nbuild_timeout_sec = 3.0\n",
+        "environment/Dockerfile": (
+            f"FROM ubuntu:24.04\nWORKDIR /app\nCOPY input.csv /app/input.csv\nRUN echo {tmp_path.name} && sleep 60\n"
+        ),
+    }
+    task = read_task(_folder(tmp_path, "slow", slow))
+    started = time.monotonic()
+    with pytest.raises(
+        images.BuildError, match=r"task slow: its image build took longer than its build_timeout_sec = 3"
+    ):
+        images.ensure_image(sandbox.api, task, {"ubuntu:24.04": HOSTROOT})
+    assert time.monotonic() - started < 20

@@ -28,7 +28,7 @@ from vtb.domains.terminal.env import TerminalEpisode
 from vtb.preflight import SPLITS, Problem, sample
 from vtb.sandbox import make_sandbox
 
-LOG_TAIL = 600  # characters of a test log quoted in a refusal
+LOG_LINES = 6  # of a test log, quoted in a refusal
 
 
 def problems(domain, task, data_dir: Path, sandbox_cfg: SandboxConfig) -> list[Problem]:
@@ -52,7 +52,7 @@ def problems(domain, task, data_dir: Path, sandbox_cfg: SandboxConfig) -> list[P
             try:
                 built[t["id"]] = images.built_image(sandbox, t, task.base_map(), task.build_network)
             except images.BuildError as e:
-                found.append(Problem(f"task {t['id']}", f"its environment image {e.detail()}", e.fix))
+                found.append(Problem(f"task {t['id']}", e.detail(), e.fix))
     if found:
         return found
     gold = next((t for s in ("test", "val", "pool") for t in sample(splits[s]) if t.get("solution")), None)
@@ -90,7 +90,7 @@ def _gold_problems(t: dict, sandbox, image: tuple[str, str] | None) -> list[Prob
             Problem(
                 where,
                 "its gold solution does not pass its own tests here, so no system could score on it; "
-                f"the test log ends: {gold_log[-LOG_TAIL:].strip()!r}",
+                f"the test log ends: {_last_lines(gold_log)}",
                 "make the task's tests run offline in its environment (a run-tests.sh / test.sh that "
                 "installs pytest with curl or uv needs it in the image already), or remove the task",
             )
@@ -100,6 +100,11 @@ def _gold_problems(t: dict, sandbox, image: tuple[str, str] | None) -> list[Prob
             Problem(where, "doing nothing passes its tests", "fix the task's tests: they check nothing")
         )
     return found
+
+
+def _last_lines(log: str) -> str:
+    lines = [x.strip()[:200] for x in log.splitlines() if x.strip() and x.strip() != "--- stderr ---"]
+    return " | ".join(lines[-LOG_LINES:])
 
 
 def _play(t: dict, sandbox, scratch: Path, image, commands: list[str]) -> tuple[bool, str]:

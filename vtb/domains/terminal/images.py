@@ -142,7 +142,7 @@ def _build(api, task: dict, tag: str, base_images: dict[str, str], network: str)
         for chunk in stream:
             if "error" in chunk:
                 raise BuildError(
-                    task["id"], f"the image build failed: {chunk['error'].strip()}", tail=_tail(log)
+                    task["id"], f"its image build failed: {chunk['error'].strip()}", tail=_tail(log)
                 )
             log += str(chunk.get("stream", "")).splitlines()
             if limit and time.monotonic() - start > limit:
@@ -153,13 +153,13 @@ def _build(api, task: dict, tag: str, base_images: dict[str, str], network: str)
         if limit and time.monotonic() - start >= limit:
             raise BuildError(
                 task["id"],
-                f"the image build took longer than its build_timeout_sec = {limit:g} "
+                f"its image build took longer than its build_timeout_sec = {limit:g} "
                 "(task.toml [environment]) and was stopped",
                 "raise build_timeout_sec in the task's task.toml, or build the image beforehand "
                 f"(tagged {tag}, it is then found and not built)",
                 _tail(log),
             ) from None
-        raise BuildError(task["id"], f"the image build failed: {e}", tail=_tail(log)) from e
+        raise BuildError(task["id"], f"its image build failed: {e}", tail=_tail(log)) from e
     finally:
         if stream is not None:
             stream.close()
