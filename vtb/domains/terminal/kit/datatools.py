@@ -47,6 +47,8 @@ def flawed_command(task: dict, pool: list[dict], rng: random.Random) -> str:
 
 def make_rows(pool: list[dict], n: int, seed: int, flawed: float = 0.0) -> list[dict]:
     """n rows over the pool's tasks (each task once before any repeats); a `flawed` share wrong."""
+    if not pool and n > 0:  # the bench's preflight refuses an empty pool first (vtb/preflight.py)
+        raise ValueError(f"no train tasks to make {n} rows from: the pool is empty")
     rng = random.Random(seed)
     order = list(pool)
     rng.shuffle(order)
