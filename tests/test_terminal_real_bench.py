@@ -35,6 +35,7 @@ TINY = [
     "task.n_val=1",
     "task.n_test=1",
     "task.initial_data_size=8",
+    "task.max_steps_per_episode=2",  # a play of the untrained model ends in two commands
     "model.n_layer=1",
     "model.n_embd=32",
     "model.pretrain_steps=5",

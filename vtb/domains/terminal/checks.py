@@ -29,6 +29,16 @@ from vtb.preflight import SPLITS, Problem, sample
 from vtb.sandbox import make_sandbox
 
 LOG_LINES = 6  # of a test log, quoted in a refusal
+NEEDS_DOCKER_FIX = "run it with sandbox=docker (the image is built offline; see task.base_images)"
+
+
+def needs_docker(ids: list[str], backend: str) -> str:
+    """Why tasks built from their Dockerfile cannot run on `backend` (the fix: NEEDS_DOCKER_FIX)."""
+    shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+    return (
+        f"task {shown}: its environment is built from its Dockerfile (RUN / ADD / COPY steps beyond "
+        f"app/), which sandbox={backend} cannot build, so /app would start without its inputs"
+    )
 
 
 def problems(domain, task, data_dir: Path, sandbox_cfg: SandboxConfig) -> list[Problem]:
@@ -36,10 +46,10 @@ def problems(domain, task, data_dir: Path, sandbox_cfg: SandboxConfig) -> list[P
     splits = {s: domain.split(data_dir, s) for s in SPLITS}
     tasks = [t for s in SPLITS for t in splits[s]]
     found = [_multi_container(t) for t in tasks if t.get("compose")]
-    try:
-        domain.check_sandbox(data_dir, sandbox_cfg.backend)
-    except ValueError as e:
-        found.append(Problem(f"sandbox={sandbox_cfg.backend}", str(e), "use sandbox=docker"))
+    built_ids = [t["id"] for t in tasks if "environment" in t]
+    if built_ids and sandbox_cfg.backend != "docker":
+        backend = sandbox_cfg.backend
+        found.append(Problem(f"sandbox={backend}", needs_docker(built_ids, backend), NEEDS_DOCKER_FIX))
     if found:
         return found
     try:

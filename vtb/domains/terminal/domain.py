@@ -156,12 +156,7 @@ def _real_splits(task: TaskConfig) -> tuple[list[dict], list[dict], list[dict]]:
 
 
 def _needs_docker(ids: list[str], backend: str) -> str:
-    shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
-    return (
-        f"task {shown}: its environment is built from its Dockerfile (RUN / ADD / COPY steps beyond "
-        f"app/), which sandbox={backend} cannot build, so /app would start without its inputs. "
-        "Run it with sandbox=docker (the image is built offline, see task.base_images)"
-    )
+    return f"{checks.needs_docker(ids, backend)}. Fix: {checks.NEEDS_DOCKER_FIX}"
 
 
 def _image(t: dict, sandbox, task: TerminalConfig) -> tuple[str, str]:
