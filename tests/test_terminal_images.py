@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import textwrap
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -168,14 +169,14 @@ LIMITED = {
     **HARBOR_TASK,
     "task.toml": (
         "[verifier]\ntimeout_sec = 30.0\n[agent]\ntimeout_sec = 60.0\n"
-        "[environment]\nbuild_timeout_sec = 120.0\ncpus = 1\nmemory_mb = 300\nstorage_mb = 50\n"
+        "[environment]\nbuild_timeout_sec = 120.0\ncpus = 1\nmemory_mb = 600\nstorage_mb = 50\n"
     ),
 }
 
 
 def test_harbor_environment_limits_are_read_in_both_spellings(tmp_path):
     task = read_task(_folder(tmp_path, "limited", LIMITED))
-    assert task["resources"] == {"build_timeout_sec": 120.0, "cpus": 1.0, "memory_mb": 300, "storage_mb": 50}
+    assert task["resources"] == {"build_timeout_sec": 120.0, "cpus": 1.0, "memory_mb": 600, "storage_mb": 50}
     older = {**LIMITED, "task.toml": '[environment]\nmemory = "2G"\nstorage = "512M"\ncpus = 2\n'}
     assert read_task(_folder(tmp_path, "older", older))["resources"] == {
         "cpus": 2.0,
@@ -210,12 +211,13 @@ def test_harbor_environment_limits_are_the_containers_limits(tmp_path):
     ep = TerminalEpisode(task, 0, sandbox, tmp_path / "scratch", image=(tag, workdir))
     ep.step({"type": "shell", "command": "echo up"})
     host = sandbox.api.inspect_container(ep.turns.shell._proc.id)["HostConfig"]
-    assert host["NanoCpus"] == 10**9 and host["Memory"] == 300 << 20, host
-    ep.step({"type": "shell", "command": "python3 -c 'b = bytearray(600 << 20); print(len(b))'"})
+    assert host["NanoCpus"] == 10**9 and host["Memory"] == 600 << 20, host
+    # Each kill ends the shell; the sleeps keep it alive until the monitor sees what it did.
     ep.step({"type": "shell", "command": "head -c 120M /dev/zero > /app/big; sleep 10"})
+    ep.step({"type": "shell", "command": "python3 -c 'b = bytearray(1200 << 20)'; sleep 10"})
     ep.step({"type": "answer"})
     statuses, _ = ep.grade()
-    assert ep.turns.usage["killed"] == ["memory", "disk"], (ep.turns.usage, ep.history)
+    assert ep.turns.usage["killed"] == ["disk", "memory"], (ep.turns.usage, ep.history)
     assert ep.reward() == 0.0 and statuses  # the tests still ran on the state left
 
 
@@ -227,7 +229,7 @@ def test_a_build_past_its_build_timeout_is_stopped_and_named(tmp_path):
         **LIMITED,
         "task.toml": "[environment]\nbuild_timeout_sec = 3.0\n",
         "environment/Dockerfile": (
-            f"FROM ubuntu:24.04\nWORKDIR /app\nCOPY input.csv /app/input.csv\nRUN echo {tmp_path.name} && sleep 60\n"
+            f"FROM ubuntu:24.04\nWORKDIR /app\nCOPY input.csv /app/input.csv\nRUN echo {uuid.uuid4()} && sleep 60\n"
         ),
     }
     task = read_task(_folder(tmp_path, "slow", slow))

@@ -80,7 +80,7 @@ def test_a_two_task_folder_is_refused_before_any_system_is_written(tmp_path, pre
     with pytest.raises(PreflightError) as err:
         bench(tmp_path, tasks)
     msg = str(err.value)
-    assert "split pool: has 0 items, the config asks for 1" in msg, msg
+    assert "split pool: has 0 items, 1 needed" in msg, msg
     assert "at least 3" in msg and "point task.path at a larger data set" in msg
     store = tmp_path / "cache" / "snapshots"
     assert not store.exists() or not any(store.iterdir())  # no system was written
