@@ -52,13 +52,14 @@ TINY = [
 ]
 
 
-def bench(tmp: Path, path: Path, *extra: str) -> tuple[dict, float]:
+def bench(tmp: Path, path: Path, *extra: str, cache: Path | None = None) -> tuple[dict, float]:
     """One shrunken bench on the task folders under `path`; (result, wall seconds)."""
     from flows.bench import run_bench
     from vtb.compose import compose_config
 
+    cache = cache or tmp / "cache"
     cfg = compose_config(
-        [*TINY, f"task.path={path}", f"runs_dir={tmp / 'runs'}", f"cache_dir={tmp / 'cache'}", *extra]
+        [*TINY, f"task.path={path}", f"runs_dir={tmp / 'runs'}", f"cache_dir={cache}", *extra]
     )
     start = time.monotonic()
     result = run_bench(cfg)
@@ -98,8 +99,15 @@ def graded_by_their_own_tests(result: dict) -> list[dict]:
     return samples
 
 
-def test_terminal_bench_folders_run_a_whole_bench_on_bwrap(tmp_path, prefect_server):
-    result, wall = bench(tmp_path, FIXTURES / "terminal_bench")
+@pytest.fixture(scope="module")
+def tb_cache(tmp_path_factory) -> Path:
+    """One cache for the Terminal-Bench noop and greedy benches: greedy reuses the data, the base
+    model and the initial system's steps (content-keyed), as a sweep over agents would."""
+    return tmp_path_factory.mktemp("tb-cache")
+
+
+def test_terminal_bench_folders_run_a_whole_bench_on_bwrap(tmp_path, tb_cache, prefect_server):
+    result, wall = bench(tmp_path, FIXTURES / "terminal_bench", cache=tb_cache)
     print(f"terminal_bench noop bwrap: {wall:.1f} s, {scores(result)}")
     samples = graded_by_their_own_tests(result)
     assert all(t.startswith("test_outputs.py::test_") for s in samples for t in s["tests"]), samples
@@ -107,8 +115,10 @@ def test_terminal_bench_folders_run_a_whole_bench_on_bwrap(tmp_path, prefect_ser
     assert preflight["checked"] == ["splits", "domain terminal"]
 
 
-def test_terminal_bench_greedy_edits_a_system_on_real_folders(tmp_path, prefect_server):
-    result, wall = bench(tmp_path, FIXTURES / "terminal_bench", "agent=greedy", "agent.max_iterations=1")
+def test_terminal_bench_greedy_edits_a_system_on_real_folders(tmp_path, tb_cache, prefect_server):
+    result, wall = bench(
+        tmp_path, FIXTURES / "terminal_bench", "agent=greedy", "agent.max_iterations=1", cache=tb_cache
+    )
     print(f"terminal_bench greedy bwrap: {wall:.1f} s, {scores(result)}")
     edits = json.loads((Path(result["record"]) / "iterations" / "01.json").read_text())["edits"]
     assert edits, "the greedy agent made no edit"
