@@ -229,7 +229,8 @@ def test_a_build_past_its_build_timeout_is_stopped_and_named(tmp_path):
         **LIMITED,
         "task.toml": "[environment]\nbuild_timeout_sec = 3.0\n",
         "environment/Dockerfile": (
-            f"FROM ubuntu:24.04\nWORKDIR /app\nCOPY input.csv /app/input.csv\nRUN echo {uuid.uuid4()} && sleep 60\n"
+            "FROM ubuntu:24.04\nWORKDIR /app\nCOPY input.csv /app/input.csv\n"
+            f"RUN echo {uuid.uuid4()} && sleep 60\n"  # unique: an image built before would be found
         ),
     }
     task = read_task(_folder(tmp_path, "slow", slow))

@@ -1,4 +1,4 @@
-"""`task=terminal task.source=terminal_bench` end to end on hand-written task folders in the published layouts.
+"""`task=terminal task.source=terminal_bench` whole, on hand-written task folders in the published layouts.
 
 tests/fixtures/terminal/ holds four tasks of each kind, written by hand as the public repositories
 lay them out: Terminal-Bench (task.yaml, docker-compose.yaml, Dockerfile `COPY app/ /app/`,

@@ -144,9 +144,10 @@ def run_tests(
     """Grade the state in `app_dir`; returns (statuses, log). Call after the agent's shell is closed.
 
     `image`: a task built from its Dockerfile is graded in a fresh container from the state the
-    agent left (`sandbox` is then already that image's view, ImageState.test_sandbox, with the task's limits) (the final shell's snapshot, see shell.ImageState), with the tests mounted at
-    /tests only now, by the format's own rule: Terminal-Bench's `bash /tests/run-tests.sh` (or
-    pytest on test_outputs.py when the task has none), Harbor's `bash /tests/test.sh`.
+    agent left (the final shell's snapshot; `sandbox` is then that snapshot's view with the task's
+    limits, shell.ImageState.test_sandbox), with the tests mounted at /tests only now, by the
+    format's own rule: Terminal-Bench's `bash /tests/run-tests.sh` (or pytest on test_outputs.py
+    when the task has none), Harbor's `bash /tests/test.sh`.
     The wall limit is the task's max_test_timeout_sec; a killed run or a pytest exit code that
     contradicts an all-passed summary adds an "<...>": "ERROR" entry, so it never resolves; so
     does a final state that tampered with the test runner (`changes`: runner_tampering).

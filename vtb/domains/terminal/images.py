@@ -44,7 +44,8 @@ class BuildError(RuntimeError):
     def __init__(self, task_id: str, what: str, fix: str = FIX, tail: list[str] | None = None):
         self.task_id, self.what, self.fix, self.tail = str(task_id), what, fix, list(tail or [])
         shown = "".join(f"\n    | {line}" for line in self.tail)
-        super().__init__(f"task {self.task_id}: {what}{shown}{chr(10) if shown else '. '}Fix: {fix}")
+        end = "\n" if shown else ". "
+        super().__init__(f"task {self.task_id}: {what}{shown}{end}Fix: {fix}")
 
     def detail(self) -> str:
         """What went wrong with the build's last lines, for a preflight Problem."""
