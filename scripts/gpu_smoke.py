@@ -170,7 +170,7 @@ def main() -> int:
     store = cache / "snapshots"
     store.mkdir(exist_ok=True)
     sid = pipeline.build_system("initial", cfg, data_dir, store)
-    sandbox = pipeline.sandbox_for(sandbox_cfg)
+    sandbox = runner.sandbox_for(sandbox_cfg)
     limits = Limits(wall_seconds=600, cpu_seconds=3600)
     trained = runner.train(
         sandbox,

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from vtb import analysis, contamination, keys, noise, pipeline, progress, record
+from vtb import analysis, contamination, keys, noise, pipeline, progress, record, runner
 from vtb import preflight as preflight_checks
 from vtb.agents import Feedback, best_of, make_agent
 from vtb.blind import null_model, secret_of
@@ -580,7 +580,7 @@ def flops_floor_calibration(cfg: BenchConfig, cache: Path, base_dir: Path, syste
     from vtb import calibrate
 
     backend = f"{cfg.sandbox.backend} threads={cfg.sandbox.threads}"
-    sandbox = pipeline.sandbox_for(replace(cfg.sandbox, gpus=None))
+    sandbox = runner.sandbox_for(replace(cfg.sandbox, gpus=None))
     if cfg.model.kind != "tiny":
         with tempfile.TemporaryDirectory(prefix="vtb-calibrate-proxy-") as tmp:
             base, system = calibrate.proxy_parts(Path(tmp))

@@ -27,7 +27,7 @@ from vtb.hashing import hash_dir, hash_file
 from vtb.keys import data_key
 from vtb.ledger import Charge
 from vtb.results import DataResult, ModelResult, PlayResult, TrainResult, TurnOutcome
-from vtb.sandbox import make_sandbox, runtime_mounts
+from vtb.sandbox import runtime_mounts
 from vtb.sandbox.base import Limits, Mount
 from vtb.service import ModelService, ServiceError, engine_cache_for
 from vtb.workspace import snapshot
@@ -147,7 +147,7 @@ def _build_tiny(
             cpu_seconds=sandbox_cfg.step_cpu_s,
             memory_mb=sandbox_cfg.memory_mb,
         )
-        proc = sandbox_for(sandbox_cfg).start(argv, mounts=mounts, limits=limits, cwd="/build")
+        proc = runner.sandbox_for(sandbox_cfg).start(argv, mounts=mounts, limits=limits, cwd="/build")
         proc.stdin.close()
         stream_lines(proc, echo)
         result = proc.wait()
@@ -172,14 +172,6 @@ def build_system(kind: str, cfg: BenchConfig, data_dir: Path, store: Path) -> st
         else:
             raise ValueError(kind)
         return snapshot(ws, store)
-
-
-def sandbox_for(cfg: SandboxConfig):
-    if cfg.backend == "docker":
-        return make_sandbox(
-            "docker", threads=cfg.threads, image=cfg.image, gpus=cfg.gpus, runtime=cfg.runtime
-        )
-    return make_sandbox(cfg.backend, threads=cfg.threads, gpus=cfg.gpus)
 
 
 def step_limits(
@@ -210,7 +202,7 @@ def train(
     """Run the candidate's trainer in the research sandbox into checkpoints/<key>."""
     out_dir = Path(cache) / "checkpoints" / key[:24]
     outcome = runner.train(
-        sandbox_for(sandbox_cfg),
+        runner.sandbox_for(sandbox_cfg),
         Path(snapshot_dir),
         Path(base_dir),
         out_dir,
@@ -250,7 +242,7 @@ def play(
     The step's FLOPs limit is the server's; its CPU-seconds cap holds for each sandbox.
     """
     domain = get_domain(task_cfg.name)
-    sandbox = sandbox_for(sandbox_cfg)
+    sandbox = runner.sandbox_for(sandbox_cfg)
     episodes = domain.episodes(Path(data_dir), split, task_cfg, sandbox=sandbox)
     blinded = blind(episodes, secret_of(task_cfg), split)
     limits = step_limits(sandbox_cfg, max_flops, cpu_seconds, gpu_seconds)
@@ -319,7 +311,7 @@ def agent_turn(
         before,
         store,
         workspace,
-        sandbox_for(sandbox_cfg),
+        runner.sandbox_for(sandbox_cfg),
         runner.research_mounts(workspace, data_dir, base_dir),
         step_limits(sandbox_cfg, None, cpu_seconds, gpu_seconds),
         sandbox_cfg.part_caps(),

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Protocol
 
 from vtb import safefs
+from vtb.config import SandboxConfig
 from vtb.ledger import Charge
 from vtb.protocol import parse_action_line, send
-from vtb.sandbox import runtime_mounts
+from vtb.sandbox import make_sandbox, runtime_mounts
 from vtb.sandbox.base import Limits, Mount, Sandbox, SandboxResult
 from vtb.sandbox.output import MAX_LINE_BYTES, StreamStats, bounded_lines
 
@@ -467,3 +468,12 @@ def run_command(sandbox: Sandbox, command: str, mounts: list[Mount], limits: Lim
     return CommandResult(
         result.returncode, result.stdout, result.stderr, charge_of(result), result.killed, result.denials
     )
+
+
+def sandbox_for(cfg: SandboxConfig) -> Sandbox:
+    """The sandbox backend a run's config names, with its threads, GPUs and docker image."""
+    if cfg.backend == "docker":
+        return make_sandbox(
+            "docker", threads=cfg.threads, image=cfg.image, gpus=cfg.gpus, runtime=cfg.runtime
+        )
+    return make_sandbox(cfg.backend, threads=cfg.threads, gpus=cfg.gpus)

@@ -15,6 +15,7 @@ whole budget was spent on training. Here, in seconds, before the base model exis
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from vtb.config import SandboxConfig, TaskConfig
@@ -72,14 +73,13 @@ def real_problems(instances: list[dict], task: TaskConfig, api) -> list[Problem]
 def embedded_problems(instances: list[dict], sandbox: SandboxConfig) -> list[Problem]:
     """The grader runs once on a gold item of the embedded miniature, on the run's backend."""
     from vtb.domains.swe import grading
-    from vtb.sandbox import make_sandbox
+    from vtb.runner import sandbox_for
     from vtb.sandbox.base import Limits
 
     if not instances:
         return []
     inst = instances[0]
-    extra = {"image": sandbox.image, "runtime": sandbox.runtime} if sandbox.backend == "docker" else {}
-    box = make_sandbox(sandbox.backend, threads=sandbox.threads, **extra)
+    box = sandbox_for(replace(sandbox, gpus=None))  # no GPU to grade one gold patch
     limits = Limits(wall_seconds=120, cpu_seconds=120, memory_mb=2048, max_processes=256)
     with tempfile.TemporaryDirectory(prefix="vtb-swe-preflight-") as tmp:
         report, log = grading.grade(inst, inst["patch"], box, limits, Path(tmp))

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from vtb.config import SandboxConfig
 from vtb.domains.terminal import images
 from vtb.domains.terminal.env import TerminalEpisode
 from vtb.preflight import SPLITS, Problem, sample
-from vtb.sandbox import make_sandbox
+from vtb.runner import sandbox_for
 
 LOG_LINES = 6  # of a test log, quoted in a refusal
 NEEDS_DOCKER_FIX = "run it with sandbox=docker (the image is built offline; see task.base_images)"
@@ -53,7 +54,7 @@ def problems(domain, task, data_dir: Path, sandbox_cfg: SandboxConfig) -> list[P
     if found:
         return found
     try:
-        sandbox = _sandbox(sandbox_cfg)
+        sandbox = sandbox_for(replace(sandbox_cfg, gpus=None))  # no GPU to check data
     except RuntimeError as e:
         return [Problem(f"sandbox={sandbox_cfg.backend}", str(e), "start the engine or use sandbox=bwrap")]
     built: dict[str, tuple[str, str]] = {}
@@ -77,12 +78,6 @@ def _multi_container(t: dict) -> Problem:
         "task (this project runs each episode in one container, with no network between containers)",
         "remove the task from task.path, or run it with Harbor / Terminal-Bench themselves",
     )
-
-
-def _sandbox(cfg: SandboxConfig):
-    if cfg.backend == "docker":
-        return make_sandbox("docker", threads=cfg.threads, image=cfg.image, runtime=cfg.runtime)
-    return make_sandbox(cfg.backend, threads=cfg.threads)
 
 
 def _gold_problems(t: dict, sandbox, image: tuple[str, str] | None) -> list[Problem]:
