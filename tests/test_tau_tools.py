@@ -7,7 +7,16 @@ import re
 
 import pytest
 
-from vtb.domains.tau.tools import TOOL_SCHEMAS, TOOLS, WRITE_TOOLS, ToolError, call_tool, hash_db
+from vtb.domains.tau.tools import (
+    ALL_SCHEMAS,
+    TOOL_SCHEMAS,
+    TOOLS,
+    WRITE_TOOLS,
+    ToolError,
+    call_tool,
+    hash_db,
+    schemas_for,
+)
 
 LAMP, MUG = "6817146515", "1111111111"
 LAMP_BLACK, LAMP_WHITE, LAMP_SILVER = "5320792178", "7624783998", "1569765161"
@@ -445,14 +454,23 @@ def test_call_tool_reports_a_broken_db() -> None:
 
 
 def test_registry_and_schemas_agree() -> None:
-    assert len(TOOLS) == 15 and [s["function"]["name"] for s in TOOL_SCHEMAS] == list(TOOLS)
+    assert len(TOOLS) == 16 and [s["function"]["name"] for s in ALL_SCHEMAS] == list(TOOLS)
+    assert len(TOOL_SCHEMAS) == 15 and schemas_for("tau_bench") == schemas_for("embedded") == TOOL_SCHEMAS
+    assert [s["function"]["name"] for s in schemas_for("tau2")][15:] == ["get_item_details"]
     assert len(WRITE_TOOLS) == 7 and WRITE_TOOLS < set(TOOLS)
     assert not WRITE_TOOLS & {"calculate", "transfer_to_human_agents", "get_order_details"}
-    for schema in TOOL_SCHEMAS:
+    for schema in ALL_SCHEMAS:
         assert schema["type"] == "function" and schema["function"]["description"]
         params = schema["function"]["parameters"]
         assert params["type"] == "object" and params["required"] == list(params["properties"])
     json.dumps(TOOL_SCHEMAS)
+
+
+def test_get_item_details_is_tau2s_variant_lookup(db: dict) -> None:
+    product = next(iter(db["products"].values()))
+    item_id, variant = next(iter(product["variants"].items()))
+    assert json.loads(call_tool(db, "get_item_details", {"item_id": item_id})) == variant
+    assert call_tool(db, "get_item_details", {"item_id": "nope"}) == "Error: item not found"
 
 
 def test_hash_db_ignores_key_order_and_sees_writes(db: dict) -> None:

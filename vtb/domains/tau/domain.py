@@ -63,6 +63,10 @@ class TauConfig(common.TrialsConfig):
     user: str = "scripted"  # scripted | llm (an OpenAI-compatible endpoint, see user_* below)
     user_base_url: str | None = None
     user_model: str | None = None
+    # tau2's NL_ASSERTION reward component: an OpenAI-compatible judge; without one the component
+    # is recorded per episode as "not judged" and the reward is the product of the others
+    judge_base_url: str | None = None
+    judge_model: str | None = None
 
 
 @register_domain("tau")
@@ -79,15 +83,15 @@ class TauDomain:
             val = tasks.make_tasks(db, task.data_seed + 2, task.n_val, "val", taken)
             pool = tasks.make_tasks(db, task.data_seed + 3, task.n_pool, "train", taken)
             test = tasks.make_tasks(db, salt.hidden_seed(task), task.n_test, "test", taken)
-            policy = POLICY
+            policy, schemas = POLICY, tools.TOOL_SCHEMAS
         else:
-            test, val, pool, db, policy = _real_splits(task)
+            test, val, pool, db, policy, schemas = _real_splits(task)
         research, hidden = out / "research", out / "hidden"
         research.mkdir(parents=True)
         hidden.mkdir(parents=True)
         (research / "db.json").write_text(json.dumps(db))
         (research / "policy.md").write_text(policy)
-        (research / "tools.json").write_text(json.dumps(tools.TOOL_SCHEMAS, indent=1))
+        (research / "tools.json").write_text(json.dumps(schemas, indent=1))
         write_jsonl(research / "pool.jsonl", pool)
         write_jsonl(research / "val.jsonl", [{"id": t["id"], "template": t.get("template")} for t in val])
         write_jsonl(hidden / "val.jsonl", val)
@@ -128,7 +132,10 @@ class TauDomain:
 
     def tokenizer_spec(self, task: TauConfig, data_dir: Path) -> dict:
         """Every piece of the database, tool schemas, policy and of demonstrations of every train task."""
-        corpus = [json.dumps(self.db(data_dir)), json.dumps(tools.TOOL_SCHEMAS), POLICY, user.STOP]
+        research = data_dir / "research"
+        schemas = json.loads((research / "tools.json").read_text())
+        policy = (research / "policy.md").read_text()
+        corpus = [json.dumps(self.db(data_dir)), json.dumps(schemas), policy, user.STOP]
         corpus += [prompting.render(d["messages"]) for d in self._demos(data_dir)]
         return {"words": corpus, "number_max": 999, "mode": "ids", "min_positions": MIN_POSITIONS}
 
@@ -139,7 +146,12 @@ class TauDomain:
         made for it (ids and values as they recur), but never an agent turn in the action format:
         that comes only from the system's training data. Val/test requests are left out.
         """
-        narrations = [narrate(d["messages"]) for d in self._demos(data_dir)]
+        narrations = [narrate(d["messages"]) for d in self._demos(data_dir) if d["messages"]]
+        if not narrations:
+            raise ValueError(
+                f"{data_dir / 'research' / 'demos.jsonl'}: no clean demonstration of any train task, so the "
+                "base model has nothing to pre-train on; the pool needs tasks whose gold actions replay"
+            )
         rng = random.Random(seed)
         return [rng.choice(narrations) for _ in range(n)]
 
@@ -170,19 +182,27 @@ class TauDomain:
     def episodes(self, data_dir: Path, split: str, task: TauConfig, sandbox=None) -> list[TauEpisode]:
         db = self.db(data_dir)
         policy = (data_dir / "research" / "policy.md").read_text()
+        schemas = json.loads((data_dir / "research" / "tools.json").read_text())
         trials = task.trials if split == "test" else task.val_trials
+        judge = make_judge(task)
         out = []
         for t in self.split(data_dir, split):
             gold = tools.hash_db(tasks.replay(db, t["actions"]))
             for trial in range(trials):
-                out.append(
-                    TauEpisode(t, trial, db, gold, make_user(task), policy, task.max_steps_per_episode)
+                episode = TauEpisode(
+                    t, trial, db, gold, make_user(task), policy, task.max_steps_per_episode, schemas
                 )
+                episode.judge = judge
+                out.append(episode)
         return out
 
     def metrics(self, episodes: list[TauEpisode], task: TauConfig) -> dict:
         return common.pass_metrics(
-            episodes, task.pass_k, "pass^", finished=sum(ep.finished for ep in episodes)
+            episodes,
+            task.pass_k,
+            "pass^",
+            finished=sum(ep.finished for ep in episodes),
+            not_judged=sum(bool(ep.not_judged()) for ep in episodes),
         )
 
 
@@ -200,6 +220,17 @@ def narrate(messages: list[dict]) -> str:
                 f"{action['name'].replace('_', ' ')} {values} -> {prompting.compact(action['name'], result)}"
             )
     return "\n".join(lines)
+
+
+def make_judge(task: TauConfig):
+    """The NL-assertion judge of tau2 tasks (task.judge_base_url), or None: those are then not judged."""
+    if not task.judge_base_url:
+        return None
+    from vtb.domains.tau.judge import Judge
+
+    if not task.judge_model:
+        raise ValueError("task.judge_base_url needs task.judge_model=<name> too")
+    return Judge(task.judge_base_url, task.judge_model)
 
 
 def make_user(task: TauConfig):
@@ -230,6 +261,14 @@ class _InstructionUser:
 
 
 def _real_splits(task: TauConfig):
+    """(test, val, pool, db, policy, tool schemas) of a real checkout, from its own splits where it has them.
+
+    With an official train split (tau-bench's tasks_train, tau2's split_tasks.json "train") the
+    test split is the official test split (n_test of it drawn with the salted seed when it has
+    more), val is tau-bench's dev split or else n_val train tasks of the public data_seed shuffle,
+    and the pool is the rest of train: the pool is never cut from the test split. Without one,
+    the three are a cut of the test tasks (salt.cut_records).
+    """
     from vtb.domains.tau import loaders
 
     if not task.path:
@@ -241,6 +280,19 @@ def _real_splits(task: TauConfig):
             f"task.source={task.source}: real tasks have no scripted-user facts; set task.user=llm "
             "task.user_base_url=... task.user_model=..."
         )
-    db, records, policy = loaders.load(task.source, task.path, "test")
-    test, val, pool = salt.cut_records(records, task)  # test by the salt (vtb/domains/salt.py)
-    return test, val, pool, db, policy
+    db, splits, policy = loaders.load_splits(task.source, task.path)
+    schemas = tools.schemas_for(task.source)
+    if "train" not in splits:
+        test, val, pool = salt.cut_records(splits["test"], task)  # test by the salt (vtb/domains/salt.py)
+        return test, val, pool, db, policy, schemas
+    test = list(splits["test"])
+    if len(test) > task.n_test:
+        random.Random(salt.hidden_seed(task)).shuffle(test)
+        test = test[: task.n_test]
+    train = list(splits["train"])
+    random.Random(task.data_seed).shuffle(train)
+    if "dev" in splits:
+        dev = list(splits["dev"])
+        random.Random(task.data_seed).shuffle(dev)
+        return test, dev[: task.n_val], train, db, policy, schemas
+    return test, train[: task.n_val], train[task.n_val :], db, policy, schemas

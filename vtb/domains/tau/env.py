@@ -6,6 +6,13 @@ Reward (tau-bench): 1 iff the episode ended (the user said ###STOP### or the age
 to a human) within the step limit, the final database hash equals the hash after replaying the
 gold actions on a fresh database, and every expected output string appears in the agent's
 messages (case-insensitive, commas removed).
+
+A tau2 task names its reward basis: the reward is then the product of those components only, as
+tau2 computes it: DB (the hash above), COMMUNICATE (its communicate_info, said as above), ACTION
+(every gold action made by the agent with the same arguments, in any order) and NL_ASSERTION
+(statements a judge endpoint checks, task.judge_base_url). A component this run cannot evaluate
+(NL_ASSERTION without a judge, ENV_ASSERTION) is recorded per episode as "not judged" and counted
+in the split's `not_judged`, never silently taken as met or failed.
 """
 
 from __future__ import annotations
@@ -18,15 +25,27 @@ from vtb.domains.tau.user import STOP
 from vtb.runner import protocol_message
 
 MAX_STEPS = 30  # agent actions per episode, as in tau-bench
+NOT_JUDGED = "not judged"
 
 
 class TauEpisode:
     def __init__(
-        self, task: dict, trial: int, db: dict, gold_hash: str, user, policy: str, max_steps: int = MAX_STEPS
+        self,
+        task: dict,
+        trial: int,
+        db: dict,
+        gold_hash: str,
+        user,
+        policy: str,
+        max_steps: int = MAX_STEPS,
+        tools: list[dict] | None = None,
     ):
         self.id = f"{task['id']}.t{trial}"
         self.task, self.trial, self.gold_hash, self.user = task, trial, gold_hash, user
         self.policy, self.max_steps = policy, max_steps
+        self.tools = TOOL_SCHEMAS if tools is None else tools
+        self.judge = None  # tau2's NL-assertion judge (vtb/domains/tau/judge.py), when configured
+        self._components: tuple[int, dict] | None = None  # (messages seen, components) cache
         self.db = json.loads(json.dumps(db))  # a deep copy, several times faster than copy.deepcopy
         self.steps = 0
         self.finished = False  # ended by the user (###STOP###) or a transfer to a human
@@ -46,7 +65,7 @@ class TauEpisode:
     def message(self, fresh: bool) -> dict:
         observation: dict = {"messages": self.messages}
         if fresh:
-            observation |= {"tools": TOOL_SCHEMAS, "policy": self.policy}
+            observation |= {"tools": self.tools, "policy": self.policy}
         return protocol_message(self.id, "tau", observation, fresh)
 
     def step(self, action: dict) -> bool:
@@ -110,13 +129,76 @@ class TauEpisode:
     def reward(self) -> float:
         if not self.finished or self.timeout or self.failure:
             return 0.0
-        if hash_db(self.db) != self.gold_hash:
-            return 0.0
+        if "reward_basis" not in self.task:  # tau-bench's reward: the database and the outputs
+            return float(self._db_matches() and self._said(self.task.get("outputs", [])))
+        values = [v for v in self.components().values() if v != NOT_JUDGED]
+        return float(all(v == 1.0 for v in values))
+
+    def components(self) -> dict[str, float | str]:
+        """tau2: each reward_basis component, 1.0 / 0.0, or NOT_JUDGED; {} for other tasks."""
+        basis = self.task.get("reward_basis")
+        if basis is None or not self.finished:
+            return {}
+        if self._components is not None and self._components[0] == len(self.messages):
+            return self._components[1]
+        out: dict[str, float | str] = {}
+        for name in basis:
+            if name == "DB":
+                out[name] = float(self._db_matches())
+            elif name == "COMMUNICATE":
+                out[name] = float(self._said(self.task.get("outputs", [])))
+            elif name == "ACTION":
+                out[name] = float(self._gold_actions_made())
+            elif name == "NL_ASSERTION":
+                out[name] = self._nl_assertions()
+            else:
+                out[name] = NOT_JUDGED
+        self._components = (len(self.messages), out)
+        return out
+
+    def not_judged(self) -> list[str]:
+        return [name for name, value in self.components().items() if value == NOT_JUDGED]
+
+    def _db_matches(self) -> bool:
+        return hash_db(self.db) == self.gold_hash
+
+    def _said(self, outputs: list[str]) -> bool:
         said = [t.lower().replace(",", "") for t in self.agent_texts()]
-        for output in self.task.get("outputs", []):
-            if not any(output.lower().replace(",", "") in text for text in said):
-                return 0.0
-        return 1.0
+        return all(any(o.lower().replace(",", "") in text for text in said) for o in outputs)
+
+    def _gold_actions_made(self) -> bool:
+        calls = []
+        for m in self.messages:
+            for call in m.get("tool_calls") or []:
+                try:
+                    arguments = json.loads(call["function"]["arguments"])
+                except (json.JSONDecodeError, TypeError):
+                    continue
+                calls.append((call["function"]["name"], arguments))
+
+        def made(gold: dict) -> bool:
+            keys = gold.get("compare_args")
+            for name, arguments in calls:
+                if name != gold["name"] or not isinstance(arguments, dict):
+                    continue
+                keys_now = arguments.keys() if keys is None else keys
+                if {k: arguments.get(k) for k in keys_now} == {k: gold["kwargs"].get(k) for k in keys_now}:
+                    return True
+            return False
+
+        return all(made(gold) for gold in self.task["actions"])
+
+    def _nl_assertions(self) -> float | str:
+        assertions = self.task.get("nl_assertions") or []
+        if not assertions:
+            return 1.0  # as tau2: nothing to assert
+        if self.judge is None:
+            return NOT_JUDGED
+        try:
+            return float(all(self.judge.verdicts(self.messages, assertions)))
+        except RuntimeError:  # JudgeError: the episode records it as not judged
+            return NOT_JUDGED
 
     def record(self) -> dict:
-        return common.trial_record(self) | {"steps": self.steps, "messages": self.messages}
+        extra = {"reward_basis": self.components()} if "reward_basis" in self.task else {}
+        return common.trial_record(self) | {"steps": self.steps, "messages": self.messages} | extra

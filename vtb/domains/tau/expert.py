@@ -5,6 +5,10 @@ explicit confirmation before the write, writes, and closes; for information task
 the expected outputs. Used for demonstration trajectories of TRAIN tasks (the data tools) and
 by the test-only oracle harness; it never runs on val/test tasks inside the pipeline.
 `flaw` makes a plausible-looking but wrong demonstration (for the initial, partly flawed data).
+
+A real tau-bench / tau2 task has no scripted-user facts: its plan is its gold actions in their
+order (the identity lookup included), a confirmation before each write, and a closing message
+that states the expected outputs (`gold_plan`).
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ def plan(
     task: dict, first_message: str, flaw: str | None = None, rng: random.Random | None = None
 ) -> list[dict]:
     """The expert's actions for an episode whose user opened with `first_message`."""
+    if "user" not in task:
+        return gold_plan(task, flaw, rng or random.Random(0))
     facts = task["user"]
     if facts["email"] in first_message:
         identify = _call("find_user_id_by_email", {"email": facts["email"]})
@@ -67,18 +73,41 @@ def plan(
     return [*actions, confirm, write, done]
 
 
+def _confirm(write: dict) -> dict:
+    args = write["arguments"]
+    target = args.get("order_id") or args.get("user_id") or args.get("reservation_id") or ""
+    return _say(f"Confirm: {VERBS.get(write['name'], write['name'])} {target}? (yes/no)")
+
+
+def gold_plan(task: dict, flaw: str | None, rng: random.Random) -> list[dict]:
+    """A real task's gold actions as a conversation: confirm before each write, state the outputs."""
+    actions = [_call(a["name"], copy.deepcopy(a["kwargs"])) for a in task["actions"]]
+    writes = [i for i, a in enumerate(actions) if a["name"] in WRITE_TOOLS]
+    outputs = [str(o) for o in task.get("outputs") or []]
+    if flaw and writes:
+        first = writes[0]
+        if flaw == "skip_write":
+            actions = [a for i, a in enumerate(actions) if i not in writes]
+        else:
+            actions[first] = _flawed(actions[first], flaw, rng)
+    elif flaw and outputs:
+        outputs = ["I could not find that."]  # a confidently wrong answer
+    plan: list[dict] = []
+    for action in actions:
+        if action["name"] in WRITE_TOOLS:
+            plan.append(_confirm(action))
+        plan.append(action)
+    closing = f"Here is what you asked for: {', '.join(outputs)}." if outputs else "Done. Anything else?"
+    return [*plan, _say(closing)]
+
+
 def _flawed(write: dict, flaw: str, rng: random.Random) -> dict:
     args = write["arguments"]
     if flaw == "wrong_id":
         for key in ("item_ids", "new_item_ids", "payment_method_id", "order_id", "zip", "address1"):
             if key in args:
                 value = args[key]
-                if isinstance(value, list):
-                    args[key] = [v[:-1] + str((int(v[-1]) + 1) % 10) for v in value]
-                else:
-                    args[key] = (
-                        value[:-1] + str((int(value[-1]) + 1) % 10) if value[-1].isdigit() else value + "0"
-                    )
+                args[key] = [_bump(v) for v in value] if isinstance(value, list) else _bump(value)
                 break
         if "reason" in args:
             args["reason"] = (
@@ -97,6 +126,15 @@ def _flawed(write: dict, flaw: str, rng: random.Random) -> dict:
     return write
 
 
+def _bump(value: object) -> object:
+    """A near miss of an id: its last digit changed, or a "0" appended (real data: any string)."""
+    if not isinstance(value, str):
+        return value
+    if value and value[-1].isdigit():
+        return value[:-1] + str((int(value[-1]) + 1) % 10)
+    return value + "0"
+
+
 class Expert:
     """Plays one episode from its plan: call `act(messages)` once per agent turn."""
 
@@ -107,7 +145,7 @@ class Expert:
 
     def act(self, messages: list[dict]) -> dict:
         if self.actions is None:
-            first = next(m["content"] for m in messages if m["role"] == "user")
+            first = next((m["content"] for m in messages if m["role"] == "user"), "")
             self.actions = plan(self.task, first, self.flaw, random.Random(self.seed))
         if self.turn >= len(self.actions):
             return _say("Goodbye.")

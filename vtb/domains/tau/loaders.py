@@ -6,7 +6,10 @@ Both return (db, tasks, policy) in one internal schema, tau-bench's: a task is
 (`TASKS_TEST = [Task(...), ...]`); that file is data from disk, so it is read with `ast` and only
 Task(...)/Action(...) calls over literal values are accepted -- nothing in it is ever executed.
 Errors name the file and the expected layout, because a half-loaded task set would quietly
-change what the benchmark measures.
+change what the benchmark measures. `load_splits` returns every split the source ships (tau-bench's
+tasks_{train,dev,test}, tau2's split_tasks.json), so a bench plays the official test split and
+trains on the official train split. Only retail is played: an airline (or other) folder is
+refused by name, never read as retail.
 """
 
 from __future__ import annotations
@@ -126,8 +129,27 @@ def _tasks_from_python(path: Path, split: str) -> list[Any]:
 def _tau_bench_env_dir(root: Path, env: str) -> Path:
     for candidate in (root / "tau_bench" / "envs" / env, root / "envs" / env, root):
         if (candidate / "data").is_dir():
+            if env == "retail" and candidate == root:
+                _refuse_other_domain(root, sorted(p.stem for p in (root / "data").glob("*.json")), None)
             return candidate
     raise ValueError(f"{root}: no tau-bench env {env!r} found (expected {TAU_BENCH_LAYOUT})")
+
+
+AIRLINE_TABLES = ("flights", "reservations")
+
+
+def _refuse_other_domain(where: Path, tables: list[str], named: str | None) -> None:
+    """A folder of another tau domain (airline, telecom, ...) is refused by name, never read as retail."""
+    domain = named if named and named != "retail" else None
+    if domain is None and set(AIRLINE_TABLES) <= set(tables):
+        domain = "airline"
+    if domain is None:
+        return
+    raise ValueError(
+        f"{where}: this is the tau {domain!r} domain (db tables: {', '.join(tables) or 'none'}); task=tau "
+        "plays the retail domain only. Point task.path at a retail folder (tau-bench: "
+        "tau_bench/envs/retail; tau2: data/tau2/domains/retail) or at the checkout's root"
+    )
 
 
 def load_tau_bench(root: Path, env: str = "retail", split: str = "test") -> tuple[dict, list[dict], str]:
@@ -203,7 +225,10 @@ def _tau2_task(raw: Any, index: int, path: Path, users: dict) -> dict:
     for action in criteria["actions"] or []:
         if not isinstance(action, dict) or not isinstance(action.get("name"), str):
             raise ValueError(f"{path}: task {task_id} has an action without a name")
-        actions.append({"name": action["name"], "kwargs": action.get("arguments") or {}})
+        entry = {"name": action["name"], "kwargs": action.get("arguments") or {}}
+        if action.get("compare_args") is not None:  # tau2's ACTION check compares only these
+            entry["compare_args"] = list(action["compare_args"])
+        actions.append(entry)
     task = {
         "id": task_id,
         "user_id": _tau2_user_id(scenario, instruction, actions, users),
@@ -232,6 +257,13 @@ def load_tau2(root: Path, domain: str = "retail", split: str = "test") -> tuple[
         db_path, db = db_toml, tomllib.loads(db_toml.read_text())
     else:
         raise ValueError(f"missing file {db_json} (expected {TAU2_LAYOUT})")
+    if isinstance(db, dict):
+        named = {
+            str((t.get("user_scenario") or {}).get("instructions", {}).get("domain"))
+            for t in _read_json(domain_dir / "tasks.json")
+            if isinstance(t, dict) and isinstance((t.get("user_scenario") or {}).get("instructions"), dict)
+        } - {"None"}
+        _refuse_other_domain(domain_dir, sorted(db), next(iter(named - {domain}), None))
     _check_db(db, db_path, domain)
     policy = _require(domain_dir / "policy.md", TAU2_LAYOUT).read_text()
 
@@ -260,3 +292,42 @@ def load(source: str, path: str | Path, split: str) -> tuple[dict, list[dict], s
     if source == "tau2":
         return load_tau2(Path(path), split=split)
     raise ValueError(f"unknown tau data source {source!r}; use 'tau_bench' or 'tau2'")
+
+
+OFFICIAL_SPLITS = ("train", "dev", "test")
+
+
+def load_splits(source: str, path: str | Path) -> tuple[dict, dict[str, list[dict]], str]:
+    """(db, {split: tasks}, policy) with every official split the source ships; "test" always.
+
+    tau-bench: tasks_train / tasks_dev / tasks_test files that exist; tau2: the "train" and "test"
+    lists of split_tasks.json when it exists ("base", their union, is not a split), else all tasks
+    as "test". A task id in two splits is refused: the test split would leak into training.
+    """
+    db, test, policy = load(source, path, "test")
+    splits = {"test": test}
+    for name in ("train", "dev"):
+        if _has_split(source, Path(path), name):
+            splits[name] = load(source, path, name)[1]
+    seen: dict[str, str] = {}
+    for name, tasks in splits.items():
+        for task in tasks:
+            if task["id"] in seen and seen[task["id"]] != name:
+                raise ValueError(
+                    f"{path}: task {task['id']} is in both the {seen[task['id']]!r} and {name!r} splits; "
+                    "fix the split lists (split_tasks.json) so that no task is in two"
+                )
+            seen[task["id"]] = name
+    return db, splits, policy
+
+
+def _has_split(source: str, root: Path, split: str) -> bool:
+    if source == "tau_bench":
+        env = _tau_bench_env_dir(root, "retail")
+        return any((env / f"tasks_{split}.{ext}").is_file() for ext in ("py", "json"))
+    domain_dir = next(
+        (d for d in (root / "data" / "tau2" / "domains" / "retail", root) if (d / "tasks.json").is_file()),
+        None,
+    )
+    path = domain_dir / "split_tasks.json" if domain_dir else None
+    return bool(path and path.is_file() and split in (_read_json(path) or {}))

@@ -15,7 +15,13 @@ import json
 import operator
 from collections.abc import Callable
 
-from vtb.domains.tau.kit.schemas import CANCEL_REASONS, TOOL_SCHEMAS, WRITE_TOOLS  # noqa: F401  (re-exported)
+from vtb.domains.tau.kit.schemas import (  # noqa: F401  (re-exported)
+    ALL_SCHEMAS,
+    CANCEL_REASONS,
+    TAU2_EXTRA_SCHEMAS,
+    TOOL_SCHEMAS,
+    WRITE_TOOLS,
+)
 
 
 class ToolError(Exception):
@@ -119,6 +125,14 @@ def get_product_details(db: dict, product_id: str) -> str:
     if product_id not in db["products"]:
         raise ToolError("product not found")
     return json.dumps(db["products"][product_id])
+
+
+def get_item_details(db: dict, item_id: str) -> str:
+    """tau2's lookup of one variant by item id (a product's variants are keyed by item id)."""
+    for product in db["products"].values():
+        if item_id in product["variants"]:
+            return json.dumps(product["variants"][item_id])
+    raise ToolError("item not found")
 
 
 def list_all_product_types(db: dict) -> str:
@@ -328,10 +342,16 @@ TOOLS: dict[str, Callable[..., str]] = {
         exchange_delivered_order_items,
         calculate,
         transfer_to_human_agents,
+        get_item_details,  # tau2 only (TAU2_EXTRA_SCHEMAS): last, in ALL_SCHEMAS' order
     )
 }
 
-_PARAMETERS = {s["function"]["name"]: s["function"]["parameters"] for s in TOOL_SCHEMAS}
+_PARAMETERS = {s["function"]["name"]: s["function"]["parameters"] for s in ALL_SCHEMAS}
+
+
+def schemas_for(source: str) -> list[dict]:
+    """The tool schemas a source's tasks are played with (tau2 has get_item_details too)."""
+    return ALL_SCHEMAS if source == "tau2" else TOOL_SCHEMAS
 
 
 def _argument_problem(name: str, arguments: object) -> str | None:

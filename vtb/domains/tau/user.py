@@ -5,11 +5,17 @@ message states the request and one form of identity (email, or name + zip); late
 identity, order and reason questions, confirms writes, and ends with `###STOP###` when the
 agent stops asking (or after `max_turns` replies). The trial number picks the phrasing and the
 identity form, so k trials of one task are k different conversations (what pass^k measures).
+
+Real tau-bench / tau2 tasks carry no such facts, only an instruction and gold actions. For them
+(the demonstrations of train tasks and the preflight's gold replays; real episodes are played by
+the LLM customer) the user opens with the instruction said in the first person, says "Yes." to a
+confirmation and ###STOP### to anything else.
 """
 
 from __future__ import annotations
 
 import random
+import re
 
 STOP = "###STOP###"
 
@@ -55,6 +61,39 @@ def _identity(facts: dict, by_email: bool) -> str:
     return f"I am {facts['first_name']} {facts['last_name']}, zip code {facts['zip']}."
 
 
+_LABELS = ("Known info", "Reason for call", "Instructions")  # what a tau2 scenario's customer says
+_FIRST_PERSON = [
+    (r"\byou are\b", "I am"),
+    (r"\byou were\b", "I was"),
+    (r"\byou're\b", "I'm"),
+    (r"\byourself\b", "myself"),
+    (r"\byours\b", "mine"),
+    (r"\byour\b", "my"),
+    (r"\byou\b", "I"),
+]
+
+
+def opening(instruction: str) -> str:
+    """A real task's instruction as the customer's first message, in the first person.
+
+    tau2 instructions rendered by the loader ("Reason for call: ...", "Known info: ...") keep the
+    lines a customer would say; a tau-bench instruction is said whole.
+    """
+    lines = dict(
+        line.split(": ", 1) for line in instruction.splitlines() if line.split(": ", 1)[0] in _LABELS
+    )
+    said = [lines[k] for k in _LABELS if k in lines] or [instruction]
+    text = " ".join(" ".join(said).split())
+    for pattern, words in _FIRST_PERSON:
+        text = re.sub(
+            pattern,
+            lambda m, w=words: w if m.group(0)[0].islower() else w[0].upper() + w[1:],
+            text,
+            flags=re.I,
+        )
+    return text
+
+
 class ScriptedUser:
     """reset(task, trial) -> first message; step(agent message) -> reply (contains ###STOP### at the end)."""
 
@@ -62,6 +101,10 @@ class ScriptedUser:
         self.max_turns = max_turns
 
     def reset(self, task: dict, trial: int = 0) -> str:
+        self.turns = 0
+        if "user" not in task:  # a real task: no facts but the instruction
+            self.facts = None
+            return opening(task["instruction"])
         facts = task["user"]
         rng = random.Random(f"{task['id']}/{trial}")
         self.facts = facts
@@ -81,6 +124,8 @@ class ScriptedUser:
             return STOP
         if any(w in text for w in ("confirm", "proceed", "yes/no", "(yes")):
             return "Yes."
+        if self.facts is None:
+            return STOP
         if any(w in text for w in ("email", "zip", "your name", "identity", "verify", "authenticate")):
             self.by_email = not self.by_email  # give the other form of identity
             return _identity(self.facts, self.by_email)

@@ -20,10 +20,10 @@ from __future__ import annotations
 import json
 import re
 
-from vtb.domains.tau.kit.schemas import TOOL_SCHEMAS, WRITE_TOOLS
+from vtb.domains.tau.kit.schemas import ALL_SCHEMAS, WRITE_TOOLS
 
 RESPOND = "respond"
-PARAMS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOL_SCHEMAS}
+PARAMS = {t["function"]["name"]: t["function"]["parameters"] for t in ALL_SCHEMAS}
 
 
 def _j(value: object) -> str:

@@ -147,3 +147,14 @@ TOOL_SCHEMAS: list[dict] = [
         summary=_string("A summary of the user's issue."),
     ),
 ]
+
+# tau2's retail domain has one more read tool than tau-bench's; a tau2 data set sends it too.
+# Kept out of TOOL_SCHEMAS so that tau-bench and the embedded task see the tool set they had.
+TAU2_EXTRA_SCHEMAS: list[dict] = [
+    _schema(
+        "get_item_details",
+        "Get the details of one item (a product variant): options, availability and price.",
+        item_id=_string("The item id, such as '6086499569'. Not the same as a product id."),
+    ),
+]
+ALL_SCHEMAS: list[dict] = TOOL_SCHEMAS + TAU2_EXTRA_SCHEMAS
