@@ -52,7 +52,14 @@ SHRUNK = [
 
 
 def customer(body: dict):
-    """The customer: an opening line to the agent's greeting, then ###STOP### to whatever follows."""
+    """The customer: an opening line to the agent's greeting, then ###STOP### to whatever follows.
+
+    The same endpoint judges tau2's NL assertions (a prompt that starts "You grade"): all met.
+    """
+    first = body["messages"][0]["content"]
+    if first.startswith("You grade"):
+        statements = first.split("Statements:", 1)[1]
+        return text(json.dumps([True] * sum(line[:1].isdigit() for line in statements.splitlines())))
     turns = [m for m in body["messages"] if m["role"] != "system"]
     return text(OPENING if len(turns) == 1 else "###STOP###")
 
@@ -89,11 +96,23 @@ def tau_bench_run(tmp_path_factory, prefect_server, user_server):
 @pytest.fixture(scope="module")
 def tau2_run(tmp_path_factory, prefect_server, user_server):
     tmp = tmp_path_factory.mktemp("tau2-real")
-    return _bench(tmp, user_server, "task.source=tau2", f"task.path={TAU2}")
+    return _bench(
+        tmp,
+        user_server,
+        "task.source=tau2",
+        f"task.path={TAU2}",
+        f"task.judge_base_url={user_server.url}",
+        "task.judge_model=judge",
+        "null_model_check=false",  # checked on the tau-bench run
+    )
 
 
 def _grading(result: dict) -> dict:
     return json.loads((Path(result["record"]) / "grading.json").read_text())
+
+
+def _preflight(result: dict) -> dict:
+    return json.loads((Path(result["record"]) / "preflight.json").read_text())
 
 
 def test_tau_bench_retail_runs_a_whole_bench(tau_bench_run, user_server):
@@ -105,9 +124,14 @@ def test_tau_bench_retail_runs_a_whole_bench(tau_bench_run, user_server):
     assert sample["messages"][0] == {"role": "user", "content": OPENING}  # the LLM customer spoke
     assert 0.0 <= result["initial"]["test_score"] <= 1.0
     assert any(r["body"]["model"] == "customer" for r in user_server.requests)
+    assert "domain tau" in _preflight(result)["checked"]  # gold replays, systems' rows, the endpoint
+    assert grading["submitted"]["null_model_score"] == 0.0
 
 
 def test_tau2_retail_runs_a_whole_bench(tau2_run):
     grading = _grading(tau2_run)
     assert grading["submitted"]["n"] == 4  # tau2's own test split (split_tasks.json)
+    assert _preflight(tau2_run)["splits"] == {"pool": 6, "val": 2, "test": 4}  # pool and val from train
     assert 0.0 <= tau2_run["initial"]["test_score"] <= 1.0
+    for sample in grading["submitted"]["samples"]:  # each episode records its reward basis
+        assert set(sample["reward_basis"]) <= {"DB", "COMMUNICATE", "ACTION", "NL_ASSERTION"}

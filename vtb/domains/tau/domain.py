@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from vtb.config import TrainerConfig
+from vtb.config import SandboxConfig, TrainerConfig
 from vtb.domains import common, salt
 from vtb.domains.kit.jsonl import read_jsonl, write_jsonl
 from vtb.domains.registry import register_domain
@@ -21,6 +21,7 @@ from vtb.domains.tau import demos as demotools
 from vtb.domains.tau import tasks, tools, user
 from vtb.domains.tau.env import TauEpisode
 from vtb.domains.tau.kit import datatools, prompting
+from vtb.preflight import Problem, Systems
 
 HERE = Path(__file__).parent
 HARNESSES = HERE / "kit" / "harnesses"
@@ -177,6 +178,15 @@ class TauDomain:
     def _write(self, ws: Path, demos: list[dict], trainer: dict, harness: str) -> None:
         write_jsonl(ws / "data" / "trajectories.jsonl", demos)  # the demonstrations the rows render
         common.write_workspace(ws, datatools.sft_rows(demos), trainer, HARNESSES / harness, WORKSPACE_README)
+
+    def preflight(
+        self, task: TauConfig, data_dir: Path, systems: Systems, sandbox: SandboxConfig
+    ) -> list[Problem]:
+        """vtb/preflight.py: gold replays earn 1 and doing nothing 0, the systems' rows replay, the
+        customer (and judge) endpoints answer (vtb/domains/tau/checks.py)."""
+        from vtb.domains.tau import checks
+
+        return checks.preflight(self, task, data_dir, systems)
 
     # --- episodes and scores ----------------------------------------------------------------
     def episodes(self, data_dir: Path, split: str, task: TauConfig, sandbox=None) -> list[TauEpisode]:
