@@ -38,6 +38,8 @@ def play_demo(task: dict, db: dict, trial: int, flaw: str | None = None, seed: i
 
 def make_demos(pool: list[dict], db: dict, n: int, seed: int, flawed: float = 0.0) -> list[dict]:
     """n demonstrations over the pool's tasks (each task once before any repeats); a `flawed` share is wrong."""
+    if not pool and n > 0:
+        raise ValueError("no train tasks to make demonstrations from: the train pool is empty")
     rng = random.Random(seed)
     order = []
     while len(order) < n:
