@@ -236,3 +236,21 @@ def test_nl_assertions_are_judged_only_with_a_judge(tau2_tasks):
         assert task["nl_assertions"][0] in prompt and "assistant: Done." in prompt
     finally:
         verdicts.stop()
+
+
+def test_kit_data_tools_run_on_real_tasks(provisioned, tmp_path, capsys):
+    """Was: `datatools check` (greedy's clean-demos edit) died on real tasks: they have no template."""
+    from vtb.domains.tau.kit import datatools
+
+    _, data_dir, _ = provisioned
+    files = [
+        "--pool",
+        str(data_dir / "research" / "pool.jsonl"),
+        "--bank",
+        str(data_dir / "research" / "demos.jsonl"),
+    ]
+    out = tmp_path / "trajectories.jsonl"
+    datatools.main(["demos", "--n", "12", "--out", str(out), *files])
+    datatools.main(["check", str(out), *files])
+    printed = capsys.readouterr().out
+    assert "12/12 demonstrations earn reward 1" in printed and "-               reward 1: 12" in printed

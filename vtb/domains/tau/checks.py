@@ -42,7 +42,7 @@ def preflight(domain, task, data_dir: Path, systems: Systems) -> list[Problem]:
         problems += broken
         bad = {p.where for p in broken}
         for item in sample([t for t in items if f"{split} task {t['id']}" not in bad]):
-            problems += _gold_and_empty(item, db, split)
+            problems += _gold_and_empty(item, db, split, judged=bool(getattr(task, "judge_base_url", None)))
     problems += _system_rows(systems.initial, "initial", pool, db, task.initial_noise)
     if systems.reference is not None:
         problems += _system_rows(systems.reference, "reference", pool, db, 0.0)
@@ -71,7 +71,7 @@ def _gold_failures(items: list[dict], db: dict, split: str) -> list[Problem]:
     return out
 
 
-def _gold_and_empty(item: dict, db: dict, split: str) -> list[Problem]:
+def _gold_and_empty(item: dict, db: dict, split: str, judged: bool) -> list[Problem]:
     where = f"{split} task {item['id']}"
     demo = demotools.play_demo(item, db, trial=0)
     out = []
@@ -89,10 +89,11 @@ def _gold_and_empty(item: dict, db: dict, split: str) -> list[Problem]:
     if empty is None or empty.reward() == 0.0:
         return out
     if "NL_ASSERTION" in empty.not_judged():  # the one component that would tell: noted, not refused
-        say(
-            f"preflight: {where}: with no judge (task.judge_base_url) doing nothing earns reward 1; "
-            "its NL_ASSERTION component is recorded as not judged in every episode"
-        )
+        if not judged:
+            say(
+                f"preflight: {where}: with no judge (task.judge_base_url) doing nothing earns reward 1; "
+                "its NL_ASSERTION component is recorded as not judged in every episode"
+            )
         return out
     out.append(
         Problem(

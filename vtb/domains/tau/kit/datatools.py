@@ -153,7 +153,8 @@ def main(argv: list[str] | None = None) -> None:
             "only train-pool tasks can be checked"
         )
     rewards = [score(d, pool[d["task_id"]], known) for d in demos]
-    per = Counter((pool[d["task_id"]].get("template"), r) for d, r in zip(demos, rewards, strict=True))
+    # real tau-bench / tau2 tasks have no template: counted under "-"
+    per = Counter((pool[d["task_id"]].get("template") or "-", r) for d, r in zip(demos, rewards, strict=True))
     print(f"{sum(rewards):.0f}/{len(demos)} demonstrations earn reward 1")
     for (template, r), count in sorted(per.items()):
         print(f"  {template:15s} reward {r:.0f}: {count}")
