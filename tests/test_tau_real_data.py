@@ -254,3 +254,24 @@ def test_kit_data_tools_run_on_real_tasks(provisioned, tmp_path, capsys):
     datatools.main(["check", str(out), *files])
     printed = capsys.readouterr().out
     assert "12/12 demonstrations earn reward 1" in printed and "-               reward 1: 12" in printed
+
+
+def test_the_summary_says_how_many_episodes_were_not_judged():
+    """A score with unjudged components is never printed as if it were whole."""
+    from vtb import record
+
+    entry = {"test_score": 0.25, **record._passes({"metrics": {"pass^1": 0.25, "not_judged": 1}})}
+    budget = {"used": 1.0, "limit": 2.0, "unit": "flops", "cpu_seconds": 1.0}
+    result = {
+        "task": "tau",
+        "agent": "noop",
+        "seed": 0,
+        "initial": entry,
+        "submitted": entry,
+        "reference": None,
+    }
+    result |= {"budget": budget, "gains_by_part": {}, "contamination": None, "record": "runs/x"}
+    table = record.summary_table(result)
+    assert (
+        "initial system (test)     0.250  (1 episodes not judged: scored on their other components)" in table
+    )

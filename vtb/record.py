@@ -196,7 +196,11 @@ def edits_text(edits: dict[str, list[str]] | None) -> str:
 
 def _passes(grade: dict) -> dict:
     """pass^k (tau) or pass@k (terminal) figures of a grading, if any."""
-    return {k: v for k, v in grade.get("metrics", {}).items() if k.startswith(("pass^", "pass@"))}
+    metrics = grade.get("metrics", {})
+    out = {k: v for k, v in metrics.items() if k.startswith(("pass^", "pass@"))}
+    if metrics.get("not_judged"):  # tau2: episodes with a reward component this run could not evaluate
+        out["not_judged"] = metrics["not_judged"]
+    return out
 
 
 def attribute_gains(history: list[dict], chosen: dict) -> dict[str, float]:
@@ -308,6 +312,8 @@ def summary_table(result: dict) -> str:
             return "-"
         passes = {k: v for k, v in entry.items() if k.startswith(("pass^", "pass@")) and k[5:] != "1"}
         extra = "".join(f"  {k} {v:.3f}" for k, v in passes.items())
+        if entry.get("not_judged"):
+            extra += f"  ({entry['not_judged']} episodes not judged: scored on their other components)"
         return f"{entry['test_score']:.3f}{extra}"
 
     gpu_row = []  # a CPU run holds no GPU: no row
