@@ -1,6 +1,7 @@
 """The tau (retail tool use) domain as the pipeline sees it: database, task splits, systems, episodes.
 
-Splits are fixed by task.data_seed. The research sandbox gets the train tasks WITH gold actions
+Splits are fixed by task.data_seed (and the salt for test); a real checkout's own train / dev /
+test splits are used where it has them (`_real_splits`). The research sandbox gets the train tasks WITH gold actions
 (research/pool.jsonl: demonstrations may be made from them), the database, tools and policy,
 and only the ids and templates of the val tasks; val and test tasks in full live in hidden/.
 """
