@@ -21,6 +21,9 @@ os.environ.setdefault(
 import flows  # noqa: E402, F401  (the other Prefect process defaults: flows/__init__.py)
 from vtb.config import BenchConfig  # noqa: E402
 
+# Data in other projects' own layouts (tau-bench's tasks_test.py matches pytest's *_test.py): never collected.
+collect_ignore = ["fixtures"]
+
 
 @pytest.fixture(scope="session")
 def prefect_server():
