@@ -33,13 +33,13 @@ from omegaconf import DictConfig, OmegaConf
 from prefect import flow, tags
 from prefect.artifacts import create_markdown_artifact
 
-from flows.bench import bench_flow
+from flows.bench import bench_flow, check_bench
 from flows.dispatch import DEPLOYMENT, Job, run_deployments
 from flows.gpu import ensure_limits, gpu_slot
 from flows.signals import run_main
 from flows.watch import bench_tags
 from vtb import leaderboard, safefs
-from vtb.bench import default_run_id, preflight
+from vtb.bench import default_run_id
 from vtb.compose import compose_config
 from vtb.config import CONF_DIR, BenchConfig
 from vtb.record import md_text
@@ -103,7 +103,7 @@ def _one(cfg: BenchConfig) -> dict:
 
     name = cfg.run_id or default_run_id(cfg)
     try:
-        preflight(cfg)  # a misconfigured agent or GPU preset fails here, before any work
+        check_bench(cfg)  # a misconfigured agent, GPU preset or data set fails here, before any work
     except ValueError as e:
         return {"run": name, "state": "failed", "error": f"config: {e}"}
     with tags(*bench_tags(cfg), f"sweep:{flow_run.name}"):

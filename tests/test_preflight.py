@@ -93,3 +93,16 @@ def test_the_cli_refuses_in_seconds_with_one_message_and_spends_nothing(tmp_path
     assert "Traceback" not in text and seconds < 60
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["data", "snapshots"]  # no model
     assert not (tmp_path / "runs").exists()
+
+
+def test_an_inline_sweeps_bench_with_a_data_problem_is_a_failed_row_before_its_flow(tmp_path: Path):
+    """A sweep checks each bench's data as the CLI does: the refusal is the row's error, no flow ran."""
+    from flows.sweep import _one
+    from vtb.compose import compose_config
+
+    cfg = compose_config(
+        ["task.n_test=0", f"runs_dir={tmp_path / 'runs'}", f"cache_dir={tmp_path / 'cache'}"]
+    )
+    row = _one(cfg)
+    assert row["state"] == "failed" and row["error"].startswith("config: preflight: task=math")
+    assert "split test: has 0 items" in row["error"] and not (tmp_path / "runs").exists()
