@@ -17,6 +17,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from vtb.domains.math.kit.datatools import last_boxed
 from vtb.protocol import serve
 from vtb.serve.client import ModelClient
 
@@ -49,21 +50,8 @@ def open_annotation(text: str) -> str | None:
     return text[start + 2 :].rstrip()[:-1]
 
 
-def last_boxed(text: str) -> str | None:
-    """Content of the last `\\boxed{...}` (braces balanced), or None."""
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    depth = 0
-    for i in range(start + len("\\boxed"), len(text)):
-        depth += {"{": 1, "}": -1}.get(text[i], 0)
-        if depth == 0:
-            return text[start + len("\\boxed{") : i].strip()
-    return None
-
-
 def final_answer(text: str) -> str:
-    boxed = last_boxed(text)
+    boxed = (last_boxed(text) or "").strip()
     if boxed:
         return boxed
     match = re.search(r"####\s*(-?[0-9.,]+)", text)
