@@ -84,6 +84,21 @@ SMALL_OVERRIDES = [
 
 # The math bench shrunk below SMALL_OVERRIDES: every step still runs in its
 # sandbox (provision, train, validate, grade), just on a few dozen rows and a 1-layer model.
+# A whole bench at its smallest: a 1-layer, 32-wide model, one epoch, no reference, no analysis or
+# base-model play, no FLOPs-floor calibration. The real-source benches add their task and sizes.
+SHRUNK_BENCH = [
+    "model.n_layer=1",
+    "model.n_embd=32",
+    "model.pretrain_steps=5",
+    "trainer.epochs=1",
+    "budget.limit=5e12",
+    "reference=false",
+    "base_model_check=false",
+    "analysis.grid=false",
+    "analysis.path=false",
+    "+budget.flops_per_cpu_second=1e9",  # no calibration for this shape: the floor is tested on math
+]
+
 TINY_OVERRIDES = [
     "task.n_pool=200",
     "task.n_val=10",

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.conftest import needs_bwrap
+from tests.conftest import SHRUNK_BENCH, needs_bwrap
 from tests.test_math_targets import FIXTURES, ROOT
 
 pytestmark = [pytest.mark.slow, needs_bwrap()]
@@ -25,18 +25,9 @@ SMALL = [
     "task=math",
     "agent=noop",
     "task.initial_data_size=8",
-    "model.n_layer=1",
-    "model.n_embd=32",
-    "model.pretrain_steps=5",
+    *SHRUNK_BENCH,
     "model.pretrain_texts=200",
-    "trainer.epochs=1",
-    "budget.limit=5e12",
-    "reference=false",
     "null_model_check=false",
-    "base_model_check=false",
-    "analysis.grid=false",
-    "analysis.path=false",
-    "+budget.flops_per_cpu_second=1e9",
 ]
 # name: (task.source, fixture, written as, the metric it must be graded with, extra overrides)
 BENCHES = {

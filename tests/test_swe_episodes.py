@@ -24,6 +24,7 @@ import pytest
 
 pytest.importorskip("swebench", reason="the swebench extra: pip install -e '.[swebench]'")
 
+from tests.conftest import SHRUNK_BENCH  # noqa: E402
 from tests.test_swe_official import IID, fixture_repo, git, official_image  # noqa: E402,F401
 from vtb.config import SandboxConfig, TaskConfig  # noqa: E402
 from vtb.domains import common  # noqa: E402
@@ -383,18 +384,9 @@ def _bench_overrides(tmp_path: Path, *extra: str) -> list[str]:
         "task.grade_seconds=120",
         "sandbox=docker",
         "agent=noop",
-        "model.n_layer=1",
-        "model.n_embd=32",
-        "model.pretrain_steps=5",
+        *SHRUNK_BENCH,
         "model.pretrain_texts=100",
-        "trainer.epochs=1",
-        "budget.limit=5e12",
-        "reference=false",
         "null_model_check=false",
-        "base_model_check=false",
-        "analysis.grid=false",
-        "analysis.path=false",
-        "+budget.flops_per_cpu_second=1e9",
         f"runs_dir={tmp_path / 'runs'}",
         f"cache_dir={tmp_path / 'cache'}",
         *extra,

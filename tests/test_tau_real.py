@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.chat_server import ChatServer, text
-from tests.conftest import needs_bwrap
+from tests.conftest import SHRUNK_BENCH, needs_bwrap
 
 pytestmark = [pytest.mark.slow, needs_bwrap()]
 
@@ -36,18 +36,9 @@ SHRUNK = [
     "task.pass_k=1",
     "task.initial_data_size=8",
     "task.max_steps_per_episode=3",
-    "model.n_layer=1",
-    "model.n_embd=32",
-    "model.pretrain_steps=5",
+    *SHRUNK_BENCH,
     "model.pretrain_texts=40",
-    "trainer.epochs=1",
     "agent=noop",
-    "reference=false",
-    "budget.limit=5e12",
-    "base_model_check=false",
-    "analysis.grid=false",
-    "analysis.path=false",
-    "+budget.flops_per_cpu_second=1e9",
 ]
 
 

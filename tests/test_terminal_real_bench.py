@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import needs_bwrap, sandbox_backend
+from tests.conftest import SHRUNK_BENCH, needs_bwrap, sandbox_backend
 from vtb.preflight import PreflightError
 
 pytestmark = [pytest.mark.slow, needs_bwrap()]
@@ -36,19 +36,10 @@ TINY = [
     "task.n_test=1",
     "task.initial_data_size=8",
     "task.max_steps_per_episode=2",  # a play of the untrained model ends in two commands
-    "model.n_layer=1",
-    "model.n_embd=32",
-    "model.pretrain_steps=5",
+    *SHRUNK_BENCH,
     "model.pretrain_texts=100",
-    "trainer.epochs=1",
     "agent=noop",
-    "budget.limit=5e12",
-    "reference=false",
     "null_model_check=false",
-    "base_model_check=false",
-    "analysis.grid=false",
-    "analysis.path=false",
-    "+budget.flops_per_cpu_second=1e9",  # no calibration for this shape
 ]
 
 
