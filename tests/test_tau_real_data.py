@@ -160,18 +160,31 @@ def test_embedded_preflight_passes(tmp_path):
     assert domain.preflight(task, tmp_path / "data", systems, SandboxConfig()) == []
 
 
-def test_tau2_airline_is_refused_by_name(tmp_path):
-    """Was: an airline folder was read as retail (`retail db needs a 'orders' table`)."""
+def test_a_folder_of_the_other_environment_is_refused_with_the_setting_that_fits(tmp_path):
+    """Was: an airline folder was read as retail (`retail db needs a 'orders' table`).
+
+    Now each environment is played when asked for (task.env), and a folder of the other one is
+    refused by name with the setting that fits, never misread.
+    """
     airline = SOURCES["tau2"] / "data" / "tau2" / "domains" / "airline"
-    with pytest.raises(ValueError, match=r"tau 'airline' domain .*plays the retail domain only"):
+    with pytest.raises(ValueError, match=r"tau 'airline' domain .*task.env=retail was asked for; set task.env=airline"):
         loaders.load_splits("tau2", airline)
-    env = tmp_path / "airline"  # tau-bench's airline env folder: data/{flights,reservations,users}.json
-    (env / "data").mkdir(parents=True)
-    db = json.loads((airline / "db.json").read_text())
-    for table in ("flights", "reservations", "users"):
-        (env / "data" / f"{table}.json").write_text(json.dumps(db[table]))
+    assert tools.env_of(loaders.load_splits("tau2", airline, "airline")[0]) == "airline"
+    with pytest.raises(ValueError, match=r"tau 'retail' domain .*set task.env=retail"):
+        loaders.load_splits("tau2", TAU2_RETAIL, "airline")
+    env = SOURCES["tau_bench"] / "tau_bench" / "envs" / "airline"  # data/{flights,reservations,users}.json
     with pytest.raises(ValueError, match=r"tau 'airline' domain \(db tables: flights, reservations, users\)"):
         loaders.load_splits("tau_bench", env)
+    telecom = tmp_path / "telecom"  # tau2's third domain: named by its tasks, not played here
+    shutil.copytree(TAU2_RETAIL, telecom)
+    tasks_ = json.loads((telecom / "tasks.json").read_text())
+    for t in tasks_:
+        t["user_scenario"]["instructions"]["domain"] = "telecom"
+    (telecom / "tasks.json").write_text(json.dumps(tasks_))
+    with pytest.raises(ValueError, match=r"tau 'telecom' domain .*task=tau plays retail and airline only"):
+        loaders.load_splits("tau2", telecom)
+    with pytest.raises(ValueError, match=r"task.env='telecom' is not one of retail, airline"):
+        loaders.load_splits("tau2", telecom, "telecom")
 
 
 # --- tau2's reward basis ------------------------------------------------------------------------

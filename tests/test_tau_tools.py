@@ -8,7 +8,11 @@ import re
 import pytest
 
 from vtb.domains.tau.tools import (
+    AIRLINE_SCHEMAS,
+    AIRLINE_TOOLS,
+    AIRLINE_WRITE_TOOLS,
     ALL_SCHEMAS,
+    RETAIL_WRITE_TOOLS,
     TOOL_SCHEMAS,
     TOOLS,
     WRITE_TOOLS,
@@ -457,9 +461,13 @@ def test_registry_and_schemas_agree() -> None:
     assert len(TOOLS) == 16 and [s["function"]["name"] for s in ALL_SCHEMAS] == list(TOOLS)
     assert len(TOOL_SCHEMAS) == 15 and schemas_for("tau_bench") == schemas_for("embedded") == TOOL_SCHEMAS
     assert [s["function"]["name"] for s in schemas_for("tau2")][15:] == ["get_item_details"]
-    assert len(WRITE_TOOLS) == 7 and WRITE_TOOLS < set(TOOLS)
-    assert not WRITE_TOOLS & {"calculate", "transfer_to_human_agents", "get_order_details"}
-    for schema in ALL_SCHEMAS:
+    assert len(RETAIL_WRITE_TOOLS) == 7 and RETAIL_WRITE_TOOLS < set(TOOLS)
+    assert len(AIRLINE_WRITE_TOOLS) == 6 and AIRLINE_WRITE_TOOLS < set(AIRLINE_TOOLS)
+    assert WRITE_TOOLS == RETAIL_WRITE_TOOLS | AIRLINE_WRITE_TOOLS  # disjoint names: one set tells both
+    assert not WRITE_TOOLS & {"calculate", "transfer_to_human_agents", "get_order_details", "get_user_details"}
+    assert [s["function"]["name"] for s in AIRLINE_SCHEMAS] == list(AIRLINE_TOOLS)
+    assert schemas_for("tau2", "airline") == schemas_for("tau_bench", "airline") == AIRLINE_SCHEMAS
+    for schema in ALL_SCHEMAS + AIRLINE_SCHEMAS:
         assert schema["type"] == "function" and schema["function"]["description"]
         params = schema["function"]["parameters"]
         assert params["type"] == "object" and params["required"] == list(params["properties"])

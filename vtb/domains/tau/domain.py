@@ -1,9 +1,11 @@
-"""The tau (retail tool use) domain as the pipeline sees it: database, task splits, systems, episodes.
+"""The tau (tool use: retail, airline) domain as the pipeline sees it: database, splits, systems, episodes.
 
 Splits are fixed by task.data_seed (and the salt for test); a real checkout's own train / dev /
 test splits are used where it has them (`_real_splits`). The research sandbox gets the train tasks WITH gold actions
 (research/pool.jsonl: demonstrations may be made from them), the database, tools and policy,
 and only the ids and templates of the val tasks; val and test tasks in full live in hidden/.
+The embedded miniature is retail; a real checkout is played in either of its environments
+(task.env=retail|airline), with that environment's database, tools and policy.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ REFERENCE_DEMOS = 400
 # trainer's max_length are raised to this for tau, whatever the model/trainer config says.
 MIN_POSITIONS = 384
 
-WORKSPACE_README = """# Workspace of the agent system (tau: retail customer service with tools)
+WORKSPACE_README = """# Workspace of the agent system (tau: customer service with tools, retail or airline)
 
 - data/trajectories.jsonl  demonstration conversations {"task_id", "trial", "messages", "reward"}
   (OpenAI-style messages). data/train.jsonl  SFT rows {"prompt", "completion"} rendered from them;
@@ -52,8 +54,9 @@ WORKSPACE_README = """# Workspace of the agent system (tau: retail customer serv
   with {"type": "tool_call", "name", "arguments"} or {"type": "message", "content"}.
   The model: an OpenAI-compatible server at $OPENAI_BASE_URL (key $OPENAI_API_KEY;
   vtb/serve/client.py or any OpenAI client; harness/ is capped at 1 MB). Prompt format and parsing: vtb/domains/tau/kit/prompting.py.
-- /data/pool.jsonl  train tasks (tau-bench Task schema, with gold actions); /data/db.json the retail
-  database; /data/policy.md; /data/tools.json; /data/val.jsonl  val task ids and templates only;
+- /data/pool.jsonl  train tasks (tau-bench Task schema, with gold actions); /data/db.json the
+  database (retail or airline); /data/policy.md; /data/tools.json (the environment's tools);
+  /data/val.jsonl  val task ids and templates only;
   /data/demos.jsonl  expert demonstrations of every train task (clean and flawed, with rewards).
 - Data tools: python -m vtb.domains.tau.kit.datatools {demos,check,clean,sft} --help
 """
@@ -61,6 +64,7 @@ WORKSPACE_README = """# Workspace of the agent system (tau: retail customer serv
 
 @dataclass
 class TauConfig(common.TrialsConfig):
+    env: str = "retail"  # retail | airline: tau-bench's env, tau2's domain (airline: real sources only)
     n_users: int = 40  # size of the generated retail database
     user: str = "scripted"  # scripted | llm (an OpenAI-compatible endpoint, see user_* below)
     user_base_url: str | None = None
@@ -69,6 +73,9 @@ class TauConfig(common.TrialsConfig):
     # is recorded per episode as "not judged" and the reward is the product of the others
     judge_base_url: str | None = None
     judge_model: str | None = None
+    # without a judge, a task whose reward_basis has NL_ASSERTION is refused at preflight (its
+    # score would not be tau2's); true plays it on the other components, counted as not judged
+    allow_unjudged: bool = False
 
 
 @register_domain("tau")
@@ -78,6 +85,11 @@ class TauDomain:
     # --- provisioning -----------------------------------------------------------------------
     def provision(self, task: TauConfig, out: Path) -> dict:
         if task.source == "embedded":
+            if task.env != "retail":
+                raise ValueError(
+                    f"task.env={task.env}: the embedded miniature is retail; other environments need a real "
+                    "checkout (task.source=tau_bench|tau2 task.path=...)"
+                )
             db = dbgen.make_db(task.data_seed, task.n_users)
             taken: set = set()
             # pool and val from the public seed first, then the test tasks from the salted seed
@@ -99,13 +111,8 @@ class TauDomain:
         write_jsonl(hidden / "val.jsonl", val)
         write_jsonl(hidden / "test.jsonl", test)
         demotools.write_bank(research / "demos.jsonl", pool, db)
-        return {
-            "pool": len(pool),
-            "val": len(val),
-            "test": len(test),
-            "users": len(db["users"]),
-            "orders": len(db["orders"]),
-        }
+        tables = {name: len(rows) for name, rows in db.items() if isinstance(rows, dict)}
+        return {"env": tools.env_of(db), "pool": len(pool), "val": len(val), "test": len(test), **tables}
 
     def split(self, data_dir: Path, name: str) -> list[dict]:
         if name == "pool":
@@ -223,14 +230,21 @@ def narrate(messages: list[dict]) -> str:
     for i, m in enumerate(messages):
         action = prompting.message_action(m) if m["role"] == "assistant" else None
         if action and action["type"] == "tool_call":
-            values = " ".join(
-                " ".join(v) if isinstance(v, list) else str(v) for v in action["arguments"].values()
-            )
+            values = " ".join(_words(v) for v in action["arguments"].values())
             result = messages[i + 1]["content"] if i + 1 < len(messages) else ""
             lines.append(
                 f"{action['name'].replace('_', ' ')} {values} -> {prompting.compact(action['name'], result)}"
             )
     return "\n".join(lines)
+
+
+def _words(value: object) -> str:
+    """An argument value as plain words: lists and objects flattened to their values."""
+    if isinstance(value, list):
+        return " ".join(_words(v) for v in value)
+    if isinstance(value, dict):
+        return " ".join(_words(v) for v in value.values())
+    return str(value)
 
 
 def make_judge(task: TauConfig):
@@ -291,8 +305,8 @@ def _real_splits(task: TauConfig):
             f"task.source={task.source}: real tasks have no scripted-user facts; set task.user=llm "
             "task.user_base_url=... task.user_model=..."
         )
-    db, splits, policy = loaders.load_splits(task.source, task.path)
-    schemas = tools.schemas_for(task.source)
+    db, splits, policy = loaders.load_splits(task.source, task.path, task.env)
+    schemas = tools.schemas_for(task.source, task.env)
     if "train" not in splits:
         test, val, pool = salt.cut_records(splits["test"], task)  # test by the salt (vtb/domains/salt.py)
         return test, val, pool, db, policy, schemas

@@ -27,6 +27,12 @@ VERBS = {
     "modify_pending_order_items": "change items of",
     "modify_user_address": "change address of",
     "modify_pending_order_address": "change address of",
+    "book_reservation": "book a reservation for",
+    "cancel_reservation": "cancel reservation",
+    "send_certificate": "send a certificate to",
+    "update_reservation_baggages": "change the bags of",
+    "update_reservation_flights": "change the flights of",
+    "update_reservation_passengers": "change the passengers of",
 }
 
 
@@ -104,7 +110,10 @@ def gold_plan(task: dict, flaw: str | None, rng: random.Random) -> list[dict]:
 def _flawed(write: dict, flaw: str, rng: random.Random) -> dict:
     args = write["arguments"]
     if flaw == "wrong_id":
-        for key in ("item_ids", "new_item_ids", "payment_method_id", "order_id", "zip", "address1"):
+        for key in (
+            *("item_ids", "new_item_ids", "payment_method_id", "order_id", "zip", "address1"),
+            *("payment_id", "reservation_id", "user_id"),  # airline
+        ):
             if key in args:
                 value = args[key]
                 args[key] = [_bump(v) for v in value] if isinstance(value, list) else _bump(value)

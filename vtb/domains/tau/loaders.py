@@ -5,11 +5,13 @@ Both return (db, tasks, policy) in one internal schema, tau-bench's: a task is
 {"users", "orders", "products"} keyed by id. tau-bench keeps its tasks as Python source
 (`TASKS_TEST = [Task(...), ...]`); that file is data from disk, so it is read with `ast` and only
 Task(...)/Action(...) calls over literal values are accepted -- nothing in it is ever executed.
+Two environments are played, retail and airline (tau-bench's `env`, tau2's `domain`; task.env);
+the airline db is {"flights", "reservations", "users"}.
 Errors name the file and the expected layout, because a half-loaded task set would quietly
 change what the benchmark measures. `load_splits` returns every split the source ships (tau-bench's
 tasks_{train,dev,test}, tau2's split_tasks.json), so a bench plays the official test split and
-trains on the official train split. Only retail is played: an airline (or other) folder is
-refused by name, never read as retail.
+trains on the official train split. A folder of another environment than the one asked for
+(airline given for retail, or tau2's telecom) is refused by name, never read as the wrong one.
 """
 
 from __future__ import annotations
@@ -22,9 +24,12 @@ from pathlib import Path
 from typing import Any
 
 RETAIL_TABLES = ("users", "orders", "products")
+TABLES = {"retail": RETAIL_TABLES, "airline": ("flights", "reservations", "users")}
+ENVS = tuple(TABLES)
 TAU_BENCH_LAYOUT = (
-    "a tau-bench checkout: <root>/tau_bench/envs/<env>/{data/users.json, data/orders.json, "
-    "data/products.json, wiki.md, tasks_<split>.py or tasks_<split>.json}; root may also be the env folder"
+    "a tau-bench checkout: <root>/tau_bench/envs/<env>/{data/<table>.json for each db table "
+    "(retail: users, orders, products; airline: flights, reservations, users), wiki.md, "
+    "tasks_<split>.py or tasks_<split>.json}; root may also be the env folder"
 )
 TAU2_LAYOUT = (
     "a tau2-bench checkout: <root>/data/tau2/domains/<domain>/{db.json, tasks.json, policy.md, "
@@ -49,10 +54,9 @@ def _require(path: Path, layout: str) -> Path:
 def _check_db(db: Any, path: Path, env: str) -> dict:
     if not isinstance(db, dict):
         raise ValueError(f"{path}: the db must be a JSON object of tables, got {type(db).__name__}")
-    if env == "retail":
-        for table in RETAIL_TABLES:
-            if not isinstance(db.get(table), dict):
-                raise ValueError(f"{path}: retail db needs a {table!r} table, an object keyed by id")
+    for table in TABLES.get(env, ()):
+        if not isinstance(db.get(table), dict):
+            raise ValueError(f"{path}: {env} db needs a {table!r} table, an object keyed by id")
     return db
 
 
@@ -129,37 +133,43 @@ def _tasks_from_python(path: Path, split: str) -> list[Any]:
 def _tau_bench_env_dir(root: Path, env: str) -> Path:
     for candidate in (root / "tau_bench" / "envs" / env, root / "envs" / env, root):
         if (candidate / "data").is_dir():
-            if env == "retail" and candidate == root:
-                _refuse_other_domain(root, sorted(p.stem for p in (root / "data").glob("*.json")), None)
+            if candidate == root:
+                _refuse_other_domain(root, sorted(p.stem for p in (root / "data").glob("*.json")), None, env)
             return candidate
     raise ValueError(f"{root}: no tau-bench env {env!r} found (expected {TAU_BENCH_LAYOUT})")
 
 
-AIRLINE_TABLES = ("flights", "reservations")
+def domain_of(tables: list[str], named: str | None) -> str | None:
+    """The environment a folder holds: the one its tasks name, else the one its db tables are."""
+    if named:
+        return named
+    return next((env for env, needed in TABLES.items() if set(needed) <= set(tables)), None)
 
 
-def _refuse_other_domain(where: Path, tables: list[str], named: str | None) -> None:
-    """A folder of another tau domain (airline, telecom, ...) is refused by name, never read as retail."""
-    domain = named if named and named != "retail" else None
-    if domain is None and set(AIRLINE_TABLES) <= set(tables):
-        domain = "airline"
-    if domain is None:
+def _refuse_other_domain(where: Path, tables: list[str], named: str | None, wanted: str) -> None:
+    """A folder of another tau environment than `wanted` is refused by name, never misread."""
+    found = domain_of(tables, named)
+    if found is None or found == wanted:
         return
+    fix = (
+        f"set task.env={found}"
+        if found in ENVS
+        else f"task=tau plays {' and '.join(ENVS)} only; point task.path at one of those"
+    )
     raise ValueError(
-        f"{where}: this is the tau {domain!r} domain (db tables: {', '.join(tables) or 'none'}); task=tau "
-        "plays the retail domain only. Point task.path at a retail folder (tau-bench: "
-        "tau_bench/envs/retail; tau2: data/tau2/domains/retail) or at the checkout's root"
+        f"{where}: this is the tau {found!r} domain (db tables: {', '.join(tables) or 'none'}), but "
+        f"task.env={wanted} was asked for; {fix} (tau-bench: tau_bench/envs/<env>; "
+        "tau2: data/tau2/domains/<domain>), or point task.path at the checkout's root"
     )
 
 
 def load_tau_bench(root: Path, env: str = "retail", split: str = "test") -> tuple[dict, list[dict], str]:
     """(db, tasks, policy) from a tau-bench checkout; task ids are f"{split}-{index:04d}"."""
+    if env not in ENVS:
+        raise ValueError(f"task.env={env!r} is not one of {', '.join(ENVS)}")
     env_dir = _tau_bench_env_dir(Path(root), env)
     data = env_dir / "data"
-    if env == "retail":
-        db = {t: _read_json(_require(data / f"{t}.json", TAU_BENCH_LAYOUT)) for t in RETAIL_TABLES}
-    else:
-        db = {p.stem: _read_json(p) for p in sorted(data.glob("*.json"))}
+    db = {t: _read_json(_require(data / f"{t}.json", TAU_BENCH_LAYOUT)) for t in TABLES[env]}
     _check_db(db, data, env)
     policy = _require(env_dir / "wiki.md", TAU_BENCH_LAYOUT).read_text()
 
@@ -242,12 +252,18 @@ def _tau2_task(raw: Any, index: int, path: Path, users: dict) -> dict:
     return task
 
 
+def _tau2_domain_dir(root: Path, domain: str) -> Path | None:
+    return next(
+        (d for d in (root / "data" / "tau2" / "domains" / domain, root) if (d / "tasks.json").is_file()), None
+    )
+
+
 def load_tau2(root: Path, domain: str = "retail", split: str = "test") -> tuple[dict, list[dict], str]:
     """(db, tasks, policy) from a tau2-bench checkout, restricted to `split` when split_tasks.json exists."""
     root = Path(root)
-    domain_dir = next(
-        (d for d in (root / "data" / "tau2" / "domains" / domain, root) if (d / "tasks.json").is_file()), None
-    )
+    if domain not in ENVS:
+        raise ValueError(f"task.env={domain!r} is not one of {', '.join(ENVS)}")
+    domain_dir = _tau2_domain_dir(root, domain)
     if domain_dir is None:
         raise ValueError(f"{root}: no tau2 domain {domain!r} found (expected {TAU2_LAYOUT})")
     db_json, db_toml = domain_dir / "db.json", domain_dir / "db.toml"
@@ -263,7 +279,7 @@ def load_tau2(root: Path, domain: str = "retail", split: str = "test") -> tuple[
             for t in _read_json(domain_dir / "tasks.json")
             if isinstance(t, dict) and isinstance((t.get("user_scenario") or {}).get("instructions"), dict)
         } - {"None"}
-        _refuse_other_domain(domain_dir, sorted(db), next(iter(named - {domain}), None))
+        _refuse_other_domain(domain_dir, sorted(db), next(iter(named - {domain}), None), domain)
     _check_db(db, db_path, domain)
     policy = _require(domain_dir / "policy.md", TAU2_LAYOUT).read_text()
 
@@ -285,30 +301,32 @@ def load_tau2(root: Path, domain: str = "retail", split: str = "test") -> tuple[
     return db, tasks, policy
 
 
-def load(source: str, path: str | Path, split: str) -> tuple[dict, list[dict], str]:
-    """Dispatch on source: "tau_bench" (env retail) or "tau2" (domain retail)."""
+def load(source: str, path: str | Path, split: str, env: str = "retail") -> tuple[dict, list[dict], str]:
+    """Dispatch on source: "tau_bench" (its env `env`) or "tau2" (its domain `env`)."""
     if source == "tau_bench":
-        return load_tau_bench(Path(path), split=split)
+        return load_tau_bench(Path(path), env, split)
     if source == "tau2":
-        return load_tau2(Path(path), split=split)
+        return load_tau2(Path(path), env, split)
     raise ValueError(f"unknown tau data source {source!r}; use 'tau_bench' or 'tau2'")
 
 
 OFFICIAL_SPLITS = ("train", "dev", "test")
 
 
-def load_splits(source: str, path: str | Path) -> tuple[dict, dict[str, list[dict]], str]:
+def load_splits(
+    source: str, path: str | Path, env: str = "retail"
+) -> tuple[dict, dict[str, list[dict]], str]:
     """(db, {split: tasks}, policy) with every official split the source ships; "test" always.
 
     tau-bench: tasks_train / tasks_dev / tasks_test files that exist; tau2: the "train" and "test"
     lists of split_tasks.json when it exists ("base", their union, is not a split), else all tasks
     as "test". A task id in two splits is refused: the test split would leak into training.
     """
-    db, test, policy = load(source, path, "test")
+    db, test, policy = load(source, path, "test", env)
     splits = {"test": test}
     for name in ("train", "dev"):
-        if _has_split(source, Path(path), name):
-            splits[name] = load(source, path, name)[1]
+        if _has_split(source, Path(path), name, env):
+            splits[name] = load(source, path, name, env)[1]
     seen: dict[str, str] = {}
     for name, tasks in splits.items():
         for task in tasks:
@@ -321,13 +339,10 @@ def load_splits(source: str, path: str | Path) -> tuple[dict, dict[str, list[dic
     return db, splits, policy
 
 
-def _has_split(source: str, root: Path, split: str) -> bool:
+def _has_split(source: str, root: Path, split: str, env: str) -> bool:
     if source == "tau_bench":
-        env = _tau_bench_env_dir(root, "retail")
-        return any((env / f"tasks_{split}.{ext}").is_file() for ext in ("py", "json"))
-    domain_dir = next(
-        (d for d in (root / "data" / "tau2" / "domains" / "retail", root) if (d / "tasks.json").is_file()),
-        None,
-    )
+        env_dir = _tau_bench_env_dir(root, env)
+        return any((env_dir / f"tasks_{split}.{ext}").is_file() for ext in ("py", "json"))
+    domain_dir = _tau2_domain_dir(root, env)
     path = domain_dir / "split_tasks.json" if domain_dir else None
     return bool(path and path.is_file() and split in (_read_json(path) or {}))

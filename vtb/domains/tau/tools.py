@@ -1,31 +1,41 @@
-"""The tau-bench retail tools, over an in-memory database dict.
+"""The tau-bench retail tools, over an in-memory database dict, and the one entry point of every tau tool.
 
 Why: tau-bench scores a conversation by comparing the final database with the one the ground-truth
 actions produce, so these tools keep tau-bench's names, arguments, error messages and in-place
 mutations. Each tool validates everything before it mutates, so a failed write leaves the db as it
-was. `call_tool` is the one entry point for an agent loop: it checks the arguments against
-`TOOL_SCHEMAS` and turns every failure into "Error: ..." text instead of raising.
+was. `call_tool` is the one entry point for an agent loop, for either environment (the database's
+tables say which: airline's are flights and reservations, vtb/domains/tau/airline.py): it checks
+the arguments against the tool's schema and turns every failure into "Error: ..." text instead
+of raising.
 """
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
-import operator
 from collections.abc import Callable
 
+from vtb.domains.tau import airline
 from vtb.domains.tau.kit.schemas import (  # noqa: F401  (re-exported)
+    AIRLINE_SCHEMAS,
+    AIRLINE_WRITE_TOOLS,
     ALL_SCHEMAS,
     CANCEL_REASONS,
+    PARAMETERS,
+    RETAIL_WRITE_TOOLS,
     TAU2_EXTRA_SCHEMAS,
     TOOL_SCHEMAS,
     WRITE_TOOLS,
+    schemas_of,
+)
+from vtb.domains.tau.toolbase import (  # noqa: F401  (re-exported)
+    ToolError,
+    calculate,
+    check_arguments,
+    transfer_to_human_agents,
 )
 
-
-class ToolError(Exception):
-    """A domain error; `call_tool` reports it as "Error: <message>"."""
+AIRLINE_TABLES = ("flights", "reservations")
 
 
 # --- lookups -------------------------------------------------------------------------------------
@@ -138,46 +148,6 @@ def get_item_details(db: dict, item_id: str) -> str:
 def list_all_product_types(db: dict) -> str:
     by_name = {product["name"]: product["product_id"] for product in db["products"].values()}
     return json.dumps(dict(sorted(by_name.items())))
-
-
-_BINARY_OPS = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv,
-}
-
-
-def _evaluate(node: ast.AST) -> float:
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        return node.value
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
-        value = _evaluate(node.operand)
-        return -value if isinstance(node.op, ast.USub) else value
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
-        # In floats, so that a huge power overflows at once instead of building a giant integer.
-        value = float(_evaluate(node.left)) ** float(_evaluate(node.right))
-        if isinstance(value, complex):
-            raise ToolError("complex result")
-        return value
-    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY_OPS:
-        return _BINARY_OPS[type(node.op)](_evaluate(node.left), _evaluate(node.right))
-    raise ToolError("unsupported expression")
-
-
-def calculate(db: dict, expression: str) -> str:
-    """Arithmetic over digits, + - * / ( ) . and spaces, rounded to 2 places; no `eval`."""
-    if not all(char in "0123456789+-*/(). " for char in expression):
-        raise ToolError("invalid characters in expression")
-    try:
-        return str(round(float(_evaluate(ast.parse(expression, "<string>", "eval").body)), 2))
-    except (SyntaxError, ArithmeticError) as e:
-        raise ToolError(str(e)) from None
-
-
-def transfer_to_human_agents(db: dict, summary: str) -> str:
-    return "Transfer successful"
 
 
 # --- write tools ---------------------------------------------------------------------------------
@@ -346,44 +316,29 @@ TOOLS: dict[str, Callable[..., str]] = {
     )
 }
 
-_PARAMETERS = {s["function"]["name"]: s["function"]["parameters"] for s in ALL_SCHEMAS}
+AIRLINE_TOOLS = airline.TOOLS
 
 
-def schemas_for(source: str) -> list[dict]:
-    """The tool schemas a source's tasks are played with (tau2 has get_item_details too)."""
-    return ALL_SCHEMAS if source == "tau2" else TOOL_SCHEMAS
+def env_of(db: object) -> str:
+    """Which environment a database is: "airline" when it has airline's tables, else "retail"."""
+    return "airline" if isinstance(db, dict) and all(t in db for t in AIRLINE_TABLES) else "retail"
 
 
-def _argument_problem(name: str, arguments: object) -> str | None:
-    """Why `arguments` do not fit the tool's schema, or None when they do."""
-    if not isinstance(arguments, dict):
-        return f"arguments of {name} must be a JSON object, not {type(arguments).__name__}"
-    properties = _PARAMETERS[name]["properties"]
-    missing = [p for p in properties if p not in arguments]
-    if missing:
-        return f"missing argument(s) for {name}: {', '.join(missing)}"
-    extra = sorted(str(key) for key in arguments if key not in properties)
-    if extra:
-        return f"unexpected argument(s) for {name}: {', '.join(extra)}"
-    for key, value in arguments.items():
-        if properties[key]["type"] == "string" and not isinstance(value, str):
-            return f"argument {key} of {name} must be a string, not {type(value).__name__}"
-        if properties[key]["type"] == "array" and not (
-            isinstance(value, list) and all(isinstance(v, str) for v in value)
-        ):
-            return f"argument {key} of {name} must be a list of strings"
-    return None
+def schemas_for(source: str, env: str = "retail") -> list[dict]:
+    """The tool schemas a source's tasks are played with (tau2's retail has get_item_details too)."""
+    return schemas_of(env, tau2=source == "tau2")
 
 
 def call_tool(db: dict, name: str, arguments: object) -> str:
     """Run tool `name` on `db`; never raises: every failure comes back as "Error: ..." text."""
+    tools = AIRLINE_TOOLS if env_of(db) == "airline" else TOOLS
     try:
-        if not isinstance(name, str) or name not in TOOLS:
+        if not isinstance(name, str) or name not in tools:
             return f"Error: unknown tool {name}"
-        problem = _argument_problem(name, arguments)
+        problem = check_arguments(name, PARAMETERS[name], arguments)
         if problem is not None:
             return f"Error: {problem}"
-        return TOOLS[name](db, **arguments)
+        return tools[name](db, **arguments)
     except ToolError as e:
         return f"Error: {e}"
     except Exception as e:

@@ -7,6 +7,8 @@ writes one action line per turn, which the harness turns into a protocol JSON ac
     cancel_pending_order #W8850172 | no longer needed      (arguments in the schema's order)
     exchange_delivered_order_items #W42 | 930 161 | 478 | gift_card_7   (lists: space-separated)
     respond Confirm: cancel #W8850172? (yes/no)             (a message to the user)
+    update_reservation_baggages ZFA04Y | 3 | 1 | gift_card_7280411   (integers as digits)
+    book_reservation {"user_id": "mia_li_3668", "flights": [...], ...}   (objects: JSON)
 
 Positional arguments rather than JSON: the tiny model learned JSON's quotes and keys far
 slower than the values that matter (0% after 228 SFT steps with JSON; MEASURED in the issue
@@ -20,10 +22,10 @@ from __future__ import annotations
 import json
 import re
 
-from vtb.domains.tau.kit.schemas import ALL_SCHEMAS, WRITE_TOOLS
+from vtb.domains.tau.kit.schemas import PARAMETERS, WRITE_TOOLS
 
 RESPOND = "respond"
-PARAMS = {t["function"]["name"]: t["function"]["parameters"] for t in ALL_SCHEMAS}
+PARAMS = PARAMETERS  # every tool of every environment (retail, airline) by name
 
 
 def _j(value: object) -> str:
@@ -41,7 +43,17 @@ def compact(name: str, content: str) -> str:
     if name in WRITE_TOOLS:  # the agent knows what it changed: the new status is the news
         if "order_id" in data:
             return f"order {data['order_id']} {data.get('status')}"
+        if "reservation_id" in data:
+            return f"reservation {data['reservation_id']} {data.get('status') or 'updated'}"
         return f"user {data.get('user_id')} updated"
+    if "reservation_id" in data and "flights" in data:
+        legs = " ".join(f"{f.get('flight_number')} {f.get('date')} {f.get('price')}" for f in data["flights"])
+        paid = " ".join(f"{p.get('payment_id')} {p.get('amount')}" for p in data.get("payment_history") or [])
+        return (
+            f"reservation {data['reservation_id']} {data.get('status') or 'active'} {data.get('cabin')} "
+            f"{data.get('flight_type')}: {legs}; passengers {len(data.get('passengers') or [])}; "
+            f"bags {data.get('total_baggages')}/{data.get('nonfree_baggages')}; paid {paid}"
+        )
     if "order_id" in data and "items" in data:
         items = "; ".join(
             f"{i['name']} {i['item_id']} product {i['product_id']} {' '.join(map(str, i.get('options', {}).values()))}"
@@ -51,6 +63,10 @@ def compact(name: str, content: str) -> str:
         return f"order {data['order_id']} {data.get('status')}: {items}; paid {paid}"
     if "user_id" in data and "payment_methods" in data:
         methods = ", ".join(sorted(data["payment_methods"]))
+        if "reservations" in data:  # airline: the reservations are the user's records
+            return (
+                f"user {data['user_id']} payment: {methods}; reservations: {' '.join(data['reservations'])}"
+            )
         return f"user {data['user_id']} payment: {methods}"
     if "variants" in data:
         variants = "; ".join(
@@ -97,15 +113,35 @@ def _order(name: str) -> list[str]:
     return list(schema.get("required") or schema.get("properties", {}))
 
 
+def _flat(value: object) -> bool:
+    """A value the positional format says exactly: a plain string, an integer, a list of words."""
+    if isinstance(value, str):
+        return "|" not in value and "\n" not in value
+    if isinstance(value, list):
+        return all(isinstance(v, str) and v and not set(v) & set(" |\n") for v in value)
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def action_text(action: dict) -> str:
     if action.get("type") != "tool_call":
         return f"{RESPOND} {action.get('content', '')}".rstrip().replace("\n", " ")
     name, args = action["name"], action.get("arguments", {})
     order = _order(name)
-    if not isinstance(args, dict) or set(args) != set(order):
-        return f"{name} {_j(args)}"  # not the schema's arguments: say it as JSON
-    values = [" ".join(map(str, args[k])) if isinstance(args[k], list) else str(args[k]) for k in order]
+    if not isinstance(args, dict) or set(args) != set(order) or not all(map(_flat, args.values())):
+        return f"{name} {_j(args)}"  # not the schema's arguments, or objects: say it as JSON
+    values = [" ".join(args[k]) if isinstance(args[k], list) else str(args[k]) for k in order]
     return f"{name} {' | '.join(values)}".rstrip()
+
+
+def typed(kind: str | None, value: str) -> object:
+    """A positional argument as its schema's type: a list of words, an integer, or the text."""
+    if kind == "array":
+        return value.split()
+    if kind in ("integer", "number") and re.fullmatch(r"-?\d+", value):
+        return int(value)
+    if kind == "number" and re.fullmatch(r"-?\d*\.\d+", value):
+        return float(value)
+    return value
 
 
 def despace(text: str) -> str:
@@ -142,10 +178,7 @@ def parse(text: str, spaced: bool = False) -> dict:
     if len(parts) != len(order):
         raise ValueError(f"{name} takes {len(order)} arguments ({', '.join(order)}), got {len(parts)}")
     kinds = PARAMS[name].get("properties", {})
-    arguments = {
-        k: (v.split() if kinds.get(k, {}).get("type") == "array" else v)
-        for k, v in zip(order, parts, strict=True)
-    }
+    arguments = {k: typed(kinds.get(k, {}).get("type"), v) for k, v in zip(order, parts, strict=True)}
     return {"type": "tool_call", "name": name, "arguments": arguments}
 
 

@@ -1,14 +1,15 @@
-"""The retail tools' JSON schemas (OpenAI function format) and which of them write.
+"""The tau tools' JSON schemas (OpenAI function format) and which of them write, per environment.
 
 What a harness and a data tool need to know about the tools; running them against the
-database is the orchestrator's `vtb.domains.tau.tools`, which validates arguments by these
-schemas.
+database is the orchestrator's `vtb.domains.tau.tools` (retail) and `vtb.domains.tau.airline`,
+which validate arguments by these schemas. The two environments' write tools have distinct
+names, so `WRITE_TOOLS` (their union) tells a write from a read in either.
 """
 
 from __future__ import annotations
 
 CANCEL_REASONS = ("no longer needed", "ordered by mistake")
-WRITE_TOOLS: frozenset[str] = frozenset(
+RETAIL_WRITE_TOOLS: frozenset[str] = frozenset(
     {
         "cancel_pending_order",
         "modify_pending_order_address",
@@ -158,3 +159,155 @@ TAU2_EXTRA_SCHEMAS: list[dict] = [
     ),
 ]
 ALL_SCHEMAS: list[dict] = TOOL_SCHEMAS + TAU2_EXTRA_SCHEMAS
+
+# --- airline (tau-bench's second environment, tau2's "airline" domain) ---------------------------
+
+CABINS = ("basic_economy", "economy", "business")
+AIRLINE_WRITE_TOOLS: frozenset[str] = frozenset(
+    {
+        "book_reservation",
+        "cancel_reservation",
+        "send_certificate",
+        "update_reservation_baggages",
+        "update_reservation_flights",
+        "update_reservation_passengers",
+    }
+)
+WRITE_TOOLS: frozenset[str] = RETAIL_WRITE_TOOLS | AIRLINE_WRITE_TOOLS
+
+
+def _integer(description: str) -> dict:
+    return {"type": "integer", "description": description}
+
+
+def _objects(description: str, **properties: dict) -> dict:
+    item = {"type": "object", "properties": properties, "required": list(properties)}
+    return {"type": "array", "items": item, "description": description}
+
+
+def _shared(name: str) -> dict:
+    """A retail schema both environments have (calculate, transfer_to_human_agents)."""
+    return next(s for s in TOOL_SCHEMAS if s["function"]["name"] == name)
+
+
+_RESERVATION_ID = _string("The reservation id, such as 'ZFA04Y'.")
+_USER_ID = _string("The user id, such as 'sara_doe_496'.")
+_AIRPORT = "The IATA code of the {} airport, such as '{}'."
+_DATE = _string("The date, as 'YYYY-MM-DD', such as '2024-05-01'.")
+_CABIN = _string("The cabin class.", enum=list(CABINS))
+_FLIGHTS = _objects(
+    "Every flight segment of the reservation, in travel order (unchanged segments too).",
+    flight_number=_string("The flight number, such as 'HAT001'."),
+    date=_DATE,
+)
+_PASSENGERS = _objects(
+    "Every passenger of the reservation.",
+    first_name=_string("The first name, such as 'Noah'."),
+    last_name=_string("The last name, such as 'Brown'."),
+    dob=_string("The date of birth, as 'YYYY-MM-DD'."),
+)
+_PAYMENT_ID = _string(
+    "A payment method id of the user's profile, such as 'credit_card_7815826' or 'gift_card_7815826'."
+)
+
+AIRLINE_SCHEMAS: list[dict] = [
+    _schema(
+        "book_reservation",
+        "Book a reservation for the user. The payments must add up to the total price: each flight's "
+        "price in the cabin per passenger, 30 per passenger for travel insurance and 50 per non-free "
+        f"bag. {_CONFIRM}",
+        user_id=_USER_ID,
+        origin=_string(_AIRPORT.format("origin", "SFO")),
+        destination=_string(_AIRPORT.format("destination", "JFK")),
+        flight_type=_string("One way or round trip.", enum=["one_way", "round_trip"]),
+        cabin=_CABIN,
+        flights=_FLIGHTS,
+        passengers=_PASSENGERS,
+        payment_methods=_objects(
+            "How the total is paid: payment method ids of the user's profile and the amount of each.",
+            payment_id=_PAYMENT_ID,
+            amount={"type": "number", "description": "The amount paid with this method."},
+        ),
+        total_baggages=_integer("The total number of checked bags."),
+        nonfree_baggages=_integer("How many of those bags are paid for."),
+        insurance=_string("Whether travel insurance is bought.", enum=["yes", "no"]),
+    ),
+    _shared("calculate"),
+    _schema(
+        "cancel_reservation",
+        f"Cancel a whole reservation; every payment is refunded to where it came from. {_CONFIRM}",
+        reservation_id=_RESERVATION_ID,
+    ),
+    _schema("get_reservation_details", "Get the details of a reservation.", reservation_id=_RESERVATION_ID),
+    _schema(
+        "get_user_details",
+        "Get a user's details: name, date of birth, membership, payment methods, saved passengers "
+        "and reservation ids.",
+        user_id=_USER_ID,
+    ),
+    _schema("list_all_airports", "List the airports served, by IATA code and city."),
+    _schema(
+        "search_direct_flight",
+        "Search the direct flights between two airports on a date, with their seats and prices.",
+        origin=_string(_AIRPORT.format("origin", "JFK")),
+        destination=_string(_AIRPORT.format("destination", "LAX")),
+        date=_DATE,
+    ),
+    _schema(
+        "search_onestop_flight",
+        "Search the one-stop connections between two airports leaving on a date (the second leg "
+        "may leave the next day).",
+        origin=_string(_AIRPORT.format("origin", "JFK")),
+        destination=_string(_AIRPORT.format("destination", "LAX")),
+        date=_DATE,
+    ),
+    _schema(
+        "send_certificate",
+        f"Send the user a travel certificate worth `amount`, as the policy allows. {_CONFIRM}",
+        user_id=_USER_ID,
+        amount={"type": "number", "description": "The certificate's value."},
+    ),
+    _shared("transfer_to_human_agents"),
+    _schema(
+        "update_reservation_baggages",
+        f"Change the number of checked bags; added non-free bags cost 50 each. {_CONFIRM}",
+        reservation_id=_RESERVATION_ID,
+        total_baggages=_integer("The new total number of checked bags."),
+        nonfree_baggages=_integer("The new number of paid bags."),
+        payment_id=_PAYMENT_ID,
+    ),
+    _schema(
+        "update_reservation_flights",
+        "Change a reservation's flights or cabin: give the whole new itinerary. The price difference "
+        f"is paid or refunded with payment_id (not a certificate). {_CONFIRM}",
+        reservation_id=_RESERVATION_ID,
+        cabin=_CABIN,
+        flights=_FLIGHTS,
+        payment_id=_PAYMENT_ID,
+    ),
+    _schema(
+        "update_reservation_passengers",
+        f"Replace the passengers' details; their number cannot change. {_CONFIRM}",
+        reservation_id=_RESERVATION_ID,
+        passengers=_PASSENGERS,
+    ),
+    _schema(
+        "get_flight_status",
+        "Get the status of a flight on a date (available, delayed, on time, flying, landed, cancelled).",
+        flight_number=_string("The flight number, such as 'HAT001'."),
+        date=_DATE,
+    ),
+]
+
+
+def schemas_of(env: str, tau2: bool = False) -> list[dict]:
+    """The tools an environment's tasks are played with (tau2's retail has get_item_details too)."""
+    if env == "airline":
+        return AIRLINE_SCHEMAS
+    return ALL_SCHEMAS if tau2 else TOOL_SCHEMAS
+
+
+# every tool of every environment by name (a name two environments share has one schema)
+PARAMETERS: dict[str, dict] = {
+    s["function"]["name"]: s["function"]["parameters"] for s in ALL_SCHEMAS + AIRLINE_SCHEMAS
+}

@@ -142,10 +142,7 @@ def _arguments(name: str, rest: str) -> dict | None:
     if len(parts) > len(order) and order:
         parts = parts[: len(order) - 1] + [parts[-1]]
     kinds = schema.get("properties", {})
-    return {
-        k: (v.split() if kinds.get(k, {}).get("type") == "array" else v)
-        for k, v in zip(order, parts, strict=False)
-    }
+    return {k: prompting.typed(kinds.get(k, {}).get("type"), v) for k, v in zip(order, parts, strict=False)}
 
 
 def repair(text: str, messages: list[dict], spaced: bool) -> dict | None:
@@ -165,8 +162,8 @@ def repair(text: str, messages: list[dict], spaced: bool) -> dict | None:
         return None
     ctx = Context(messages)
     for key, value in args.items():
-        if isinstance(value, list):
-            value = [ctx.snap(v) for v in value if isinstance(v, str)]
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            value = [ctx.snap(v) for v in value]
             value = (
                 ctx.items(value)
                 if key == "item_ids"
