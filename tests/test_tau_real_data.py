@@ -167,7 +167,9 @@ def test_a_folder_of_the_other_environment_is_refused_with_the_setting_that_fits
     refused by name with the setting that fits, never misread.
     """
     airline = SOURCES["tau2"] / "data" / "tau2" / "domains" / "airline"
-    with pytest.raises(ValueError, match=r"tau 'airline' domain .*task.env=retail was asked for; set task.env=airline"):
+    with pytest.raises(
+        ValueError, match=r"tau 'airline' domain .*task.env=retail was asked for; set task.env=airline"
+    ):
         loaders.load_splits("tau2", airline)
     assert tools.env_of(loaders.load_splits("tau2", airline, "airline")[0]) == "airline"
     with pytest.raises(ValueError, match=r"tau 'retail' domain .*set task.env=retail"):

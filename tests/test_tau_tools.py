@@ -464,7 +464,12 @@ def test_registry_and_schemas_agree() -> None:
     assert len(RETAIL_WRITE_TOOLS) == 7 and RETAIL_WRITE_TOOLS < set(TOOLS)
     assert len(AIRLINE_WRITE_TOOLS) == 6 and AIRLINE_WRITE_TOOLS < set(AIRLINE_TOOLS)
     assert WRITE_TOOLS == RETAIL_WRITE_TOOLS | AIRLINE_WRITE_TOOLS  # disjoint names: one set tells both
-    assert not WRITE_TOOLS & {"calculate", "transfer_to_human_agents", "get_order_details", "get_user_details"}
+    assert not WRITE_TOOLS & {
+        "calculate",
+        "transfer_to_human_agents",
+        "get_order_details",
+        "get_user_details",
+    }
     assert [s["function"]["name"] for s in AIRLINE_SCHEMAS] == list(AIRLINE_TOOLS)
     assert schemas_for("tau2", "airline") == schemas_for("tau_bench", "airline") == AIRLINE_SCHEMAS
     for schema in ALL_SCHEMAS + AIRLINE_SCHEMAS:
