@@ -36,11 +36,14 @@ def customer():
     server.stop()
 
 
-def _config(source: str, url: str, **extra) -> TauConfig:
+def _config(source: str, url: str, env: str = "retail", **extra) -> TauConfig:
+    """A shrunk real-source config; unjudged NL assertions allowed (their refusal is tested apart)."""
     return TauConfig(
         name="tau",
         source=source,
         path=str(SOURCES[source]),
+        env=env,
+        allow_unjudged=extra.pop("allow_unjudged", True),
         user="llm",
         user_base_url=url,
         user_model="customer",
@@ -54,23 +57,28 @@ def _config(source: str, url: str, **extra) -> TauConfig:
 _MADE: dict[str, tuple] = {}
 
 
-def _provision(source: str, tmp_path_factory, url: str) -> tuple[TauConfig, Path, Systems]:
+def _provision(
+    source: str, tmp_path_factory, url: str, env: str = "retail"
+) -> tuple[TauConfig, Path, Systems]:
     """(config, data dir, systems) of a real source, as the bench makes them before its preflight."""
-    if source not in _MADE:
-        task = _config(source, url)
-        root = tmp_path_factory.mktemp(source)
+    if (source, env) not in _MADE:
+        task = _config(source, url, env)
+        root = tmp_path_factory.mktemp(f"{source}-{env}")
         domain = TauDomain()
         domain.provision(task, root / "data")
         initial, reference = root / "initial", root / "reference"
         domain.write_initial_system(initial, task, TrainerConfig(), root / "data")
         domain.write_reference_system(reference, task, root / "data")
-        _MADE[source] = (task, root / "data", Systems(initial, reference))
-    return _MADE[source]
+        _MADE[source, env] = (task, root / "data", Systems(initial, reference))
+    return _MADE[source, env]
 
 
-@pytest.fixture(scope="module", params=sorted(SOURCES))
+KINDS = [("tau2", "airline"), ("tau2", "retail"), ("tau_bench", "airline"), ("tau_bench", "retail")]
+
+
+@pytest.fixture(scope="module", params=KINDS, ids=[f"{s}-{e}" for s, e in KINDS])
 def provisioned(request, tmp_path_factory, customer):
-    return _provision(request.param, tmp_path_factory, customer.url)
+    return _provision(*request.param[:1], tmp_path_factory, customer.url, request.param[1])
 
 
 def test_real_tasks_make_demos_and_pretraining_texts(provisioned):
@@ -90,7 +98,8 @@ def test_real_tasks_make_demos_and_pretraining_texts(provisioned):
     rows = read_jsonl(systems.reference / "data" / "train.jsonl")
     assert rows and all(r["segments"] for r in rows)
     spec = domain.tokenizer_spec(task, data_dir)
-    assert any("Retail agent policy" in w for w in spec["words"])  # the data set's policy, not ours
+    policy = "Airline agent policy" if task.env == "airline" else "Retail agent policy"
+    assert any(policy in w for w in spec["words"])  # the data set's policy, not ours
 
 
 def test_official_splits_are_used(provisioned):
@@ -98,18 +107,23 @@ def test_official_splits_are_used(provisioned):
     task, data_dir, _ = provisioned
     domain = TauDomain()
     ids = {s: [t["id"] for t in domain.split(data_dir, s)] for s in ("pool", "val", "test")}
-    if task.source == "tau_bench":
+    if task.source == "tau_bench" and task.env == "airline":  # tau-bench's airline has a test split only
+        assert sorted(ids["test"] + ids["val"] + ids["pool"]) == [f"test-{i:04d}" for i in range(12)]
+        assert (len(ids["test"]), len(ids["val"])) == (4, 2)
+    elif task.source == "tau_bench":
         assert sorted(ids["test"]) == [f"test-{i:04d}" for i in range(4)]
         assert sorted(ids["val"]) == ["dev-0000", "dev-0001"]
         assert sorted(ids["pool"]) == [f"train-{i:04d}" for i in range(6)]
     else:
-        splits = json.loads((TAU2_RETAIL / "split_tasks.json").read_text())
+        folder = TAU2_RETAIL.parent / task.env
+        splits = json.loads((folder / "split_tasks.json").read_text())
         assert sorted(ids["test"]) == sorted(splits["test"])
         assert sorted(ids["val"] + ids["pool"]) == sorted(splits["train"]) and len(ids["val"]) == 2
     tools_sent = [
         s["function"]["name"] for s in json.loads((data_dir / "research" / "tools.json").read_text())
     ]
-    assert ("get_item_details" in tools_sent) == (task.source == "tau2")
+    assert ("get_item_details" in tools_sent) == (task.source == "tau2" and task.env == "retail")
+    assert ("book_reservation" in tools_sent) == (task.env == "airline")
 
 
 def test_preflight_passes_on_real_data(provisioned):
@@ -122,12 +136,28 @@ def test_preflight_refuses_a_dead_customer_endpoint_in_seconds(provisioned):
     dead = ChatServer([text("")])
     url = dead.url
     dead.stop()  # nothing listens there any more
-    task = _config(task.source, url)
+    task = _config(task.source, url, task.env)
     start = time.monotonic()
     problems = TauDomain().preflight(task, data_dir, systems, SandboxConfig())
     assert time.monotonic() - start < 15
     assert [p.where for p in problems] == [f"task.user_base_url={url}"]
     assert "did not answer" in problems[0].what and "task.user_model=customer" in problems[0].what
+
+
+def test_preflight_refuses_unjudged_nl_assertions_unless_allowed(tmp_path_factory, customer):
+    """tau2 retail's val/test tasks 3 and 11 rest on NL assertions: without a judge their score
+    would not be tau2's, so the run is refused with both fixes named (was: a log line, and doing
+    nothing scored 1 on task 11)."""
+    task, data_dir, systems = _provision("tau2", tmp_path_factory, customer.url)
+    refused = _config("tau2", customer.url, allow_unjudged=False)
+    problems = TauDomain().preflight(refused, data_dir, systems, SandboxConfig())
+    assert [p.where for p in problems] == ["val tasks 3", "test tasks 11"]  # the pool is never scored
+    assert "NL_ASSERTION" in problems[0].what and "task.judge_base_url" in problems[0].fix
+    assert "task.allow_unjudged=true" in problems[0].fix
+    judged = _config("tau2", customer.url, allow_unjudged=False, judge_base_url=customer.url, judge_model="j")
+    assert not [
+        p for p in TauDomain().preflight(judged, data_dir, systems, SandboxConfig()) if "NL_" in p.what
+    ]
 
 
 def test_preflight_names_broken_gold_an_unscorable_task_and_lying_rows(tmp_path_factory, customer, tmp_path):

@@ -4,8 +4,11 @@
   episodes that play it, after training);
 - on a sample of every split, the expert replaying the gold earns reward 1, and an episode in
   which the agent does nothing earns 0 wherever the gold changes the database or asks for
-  something to be said (where it does neither, doing nothing is the right answer; where only an
-  unjudged NL assertion would tell, for want of task.judge_base_url, it is noted in the log);
+  something to be said (where it does neither, doing nothing is the right answer);
+- no val or test task's reward rests on an NL assertion nobody judges: tau2 tasks whose
+  reward_basis has NL_ASSERTION need task.judge_base_url, else the run is refused (their score
+  would be the other components', not tau2's); task.allow_unjudged=true plays them anyway, each
+  such episode counted as "not judged" in the summary;
 - the initial and reference systems' demonstrations replay to the reward they record, the
   reference's all to 1; the initial's reward-0 rows are its deliberately flawed share
   (task.initial_noise), said in the log, and a problem only beyond what that share explains;
@@ -36,13 +39,16 @@ def preflight(domain, task, data_dir: Path, systems: Systems) -> list[Problem]:
     db = domain.db(data_dir)
     problems: list[Problem] = []
     pool = {t["id"]: t for t in domain.split(data_dir, "pool")}
+    judged = bool(getattr(task, "judge_base_url", None))
     for split in SPLITS:
         items = domain.split(data_dir, split)
+        if split != "pool" and not judged and not task.allow_unjudged:
+            problems += _unjudged(items, split)
         broken = _gold_failures(items, db, split)
         problems += broken
         bad = {p.where for p in broken}
         for item in sample([t for t in items if f"{split} task {t['id']}" not in bad]):
-            problems += _gold_and_empty(item, db, split, judged=bool(getattr(task, "judge_base_url", None)))
+            problems += _gold_and_empty(item, db, split, judged)
     problems += _system_rows(systems.initial, "initial", pool, db, task.initial_noise)
     if systems.reference is not None:
         problems += _system_rows(systems.reference, "reference", pool, db, 0.0)
@@ -53,6 +59,23 @@ def preflight(domain, task, data_dir: Path, systems: Systems) -> list[Problem]:
             "task.judge_base_url", task.judge_base_url, task.judge_model, "task.judge_model"
         )
     return problems
+
+
+def _unjudged(items: list[dict], split: str) -> list[Problem]:
+    ids = [
+        t["id"] for t in items if "NL_ASSERTION" in (t.get("reward_basis") or []) and t.get("nl_assertions")
+    ]
+    if not ids:
+        return []
+    return [
+        Problem(
+            f"{split} tasks {', '.join(ids[:10])}" + (f" and {len(ids) - 10} more" if len(ids) > 10 else ""),
+            "their reward_basis includes NL_ASSERTION, and no judge is configured: their scores would "
+            "be the other components' alone, not tau2's",
+            "set task.judge_base_url=<OpenAI-compatible URL> task.judge_model=<name>, or "
+            "task.allow_unjudged=true to score them on their other components (counted as not judged)",
+        )
+    ]
 
 
 def _gold_failures(items: list[dict], db: dict, split: str) -> list[Problem]:
