@@ -106,3 +106,20 @@ def test_an_inline_sweeps_bench_with_a_data_problem_is_a_failed_row_before_its_f
     row = _one(cfg)
     assert row["state"] == "failed" and row["error"].startswith("config: preflight: task=math")
     assert "split test: has 0 items" in row["error"] and not (tmp_path / "runs").exists()
+
+
+def test_long_problem_lists_are_capped_and_every_place_named():
+    """One helper caps every domain's lists (math per split, swe per data set, tau and terminal ids)."""
+    from vtb.preflight import capped, some
+
+    assert some(["a", "b", "c"], 2) == "a, b and 1 more" and some(["a"], 2) == "a"
+    problems = [Problem(f"item {i}", "gold scores 0", "fix the answer") for i in range(25)]
+    out = capped(problems, 10)
+    assert [p.where for p in out[:10]] == [f"item {i}" for i in range(10)] and len(out) == 11
+    assert out[10] == Problem(
+        "15 more",
+        "problems of the same kinds at: " + some([f"item {i}" for i in range(10, 25)], 30),
+        "fix the answer",
+    )
+    mixed = capped([*problems[:10], Problem("x", "y", "other fix"), problems[0]], 10)
+    assert mixed[10].fix == "as above, for each" and capped(problems[:3], 10) == problems[:3]

@@ -240,8 +240,8 @@ def test_a_large_refusal_names_ten_instances_then_the_rest_by_id():
     many = [{**card, "instance_id": f"pytest-dev__pytest-{8000 + k}"} for k in range(12)]
     problems = checks.real_problems(many, SweConfig(name="swe", source="swe_bench"), api=None)
     assert len(problems) == 11 and problems[9].where == "instance pytest-dev__pytest-8009"
-    assert problems[10].where == "2 more instances"
-    assert problems[10].what.endswith("pytest-dev__pytest-8010 pytest-dev__pytest-8011")
+    assert problems[10].where == "2 more"
+    assert problems[10].what.endswith("instance pytest-dev__pytest-8010, instance pytest-dev__pytest-8011")
 
 
 @pytest.mark.docker

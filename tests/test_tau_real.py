@@ -98,6 +98,19 @@ def tau2_run(tmp_path_factory, prefect_server, user_server):
     )
 
 
+@pytest.fixture(scope="module")
+def airline_run(tmp_path_factory, prefect_server, user_server):
+    tmp = tmp_path_factory.mktemp("tau2-airline")
+    return _bench(
+        tmp,
+        user_server,
+        "task.source=tau2",
+        f"task.path={TAU2}",
+        "task.env=airline",
+        "null_model_check=false",  # checked on the tau-bench run
+    )
+
+
 def _grading(result: dict) -> dict:
     return json.loads((Path(result["record"]) / "grading.json").read_text())
 
@@ -127,3 +140,22 @@ def test_tau2_retail_runs_a_whole_bench(tau2_run):
     assert 0.0 <= tau2_run["initial"]["test_score"] <= 1.0
     for sample in grading["submitted"]["samples"]:  # each episode records its reward basis
         assert set(sample["reward_basis"]) <= {"DB", "COMMUNICATE", "ACTION", "NL_ASSERTION"}
+
+
+def test_tau2_airline_runs_a_whole_bench(airline_run):
+    """Was: an airline folder was refused (and before that, read as retail)."""
+    grading = _grading(airline_run)
+    assert sorted(s["task"] for s in grading["submitted"]["samples"]) == ["10", "11", "8", "9"]
+    preflight = _preflight(airline_run)
+    assert {k: preflight["splits"][k] for k in ("pool", "val", "test", "env")} == {
+        "pool": 6,
+        "val": 2,
+        "test": 4,
+        "env": "airline",
+    }
+    config = json.loads((Path(airline_run["record"]) / "config.json").read_text())
+    assert config["task"]["env"] == "airline"
+    assert 0.0 <= airline_run["initial"]["test_score"] <= 1.0
+    for sample in grading["submitted"]["samples"]:
+        assert sample["messages"][0] == {"role": "user", "content": OPENING}
+        assert set(sample["reward_basis"]) <= {"DB", "COMMUNICATE"}

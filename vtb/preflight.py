@@ -112,6 +112,32 @@ def _size_fix(task: TaskConfig, total: int) -> str:
     return f"set task.n_val={val} task.n_test={test} (leaving {total - val - test} for the pool)"
 
 
+MAX_NAMED = 10  # problems (and names in one problem) said one by one; past that, counted
+
+
+def some(names: Sequence[str], k: int = MAX_NAMED) -> str:
+    """`a, b, c and 7 more`: a list of names said in one line, whatever its length."""
+    shown = ", ".join(names[:k])
+    return shown + (f" and {len(names) - k} more" if len(names) > k else "")
+
+
+def capped(problems: list[Problem], k: int = MAX_NAMED) -> list[Problem]:
+    """The first k problems, then one naming where the rest are: a wholly wrong data set still
+    reads as one short message, and every place it is wrong is named."""
+    if len(problems) <= k:
+        return problems
+    rest = problems[k:]
+    fixes = {p.fix for p in rest}
+    return [
+        *problems[:k],
+        Problem(
+            f"{len(rest)} more",
+            f"problems of the same kinds at: {some([p.where for p in rest], 3 * k)}",
+            fixes.pop() if len(fixes) == 1 else "as above, for each",
+        ),
+    ]
+
+
 def sample(items: Sequence[Any], k: int = 3) -> list[Any]:
     """Up to k items spread over `items` (first, last, evenly between): a deterministic sample."""
     n = len(items)

@@ -14,7 +14,7 @@ from pathlib import Path
 from vtb.domains.kit.jsonl import read_jsonl
 from vtb.domains.math import grading
 from vtb.domains.math.kit import datatools
-from vtb.preflight import Problem, Systems
+from vtb.preflight import Problem, Systems, capped
 
 MAX_NAMED = 5  # problems named per split or system; the rest are counted
 FIX_DATA = (
@@ -58,10 +58,8 @@ def gold(bad: dict[str, list[tuple[dict, str]]], own_metric: bool = True) -> lis
     fix = FIX_DATA if own_metric else f"{FIX_METRIC} (task.metric reads another answer format)"
     problems: list[Problem] = []
     for name, found in bad.items():
-        for item, what in found[:MAX_NAMED]:
-            problems.append(Problem(f"item {item.get('id')} (split {name})", what, fix))
-        if len(found) > MAX_NAMED:
-            problems.append(Problem(f"split {name}", f"{len(found) - MAX_NAMED} more items like these", fix))
+        split = [Problem(f"item {item.get('id')} (split {name})", what, fix) for item, what in found]
+        problems += capped(split, MAX_NAMED)
     return problems
 
 

@@ -19,10 +19,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from vtb.config import SandboxConfig, TaskConfig
-from vtb.preflight import Problem
+from vtb.preflight import Problem, capped
 
 PLAYED = ("test", "val")  # test first: the gold item is a test instance when one is ready
-MAX_NAMED = 10  # instances named one by one; past that, one problem lists the rest by id
+MAX_NAMED = 10  # instances named one by one; past that, one problem lists the rest (preflight.capped)
 _FIX = "check the record (or its task in task.task_repo) against the data set's published form"
 
 
@@ -50,7 +50,7 @@ def real_problems(instances: list[dict], task: TaskConfig, api) -> list[Problem]
             problems.append(Problem(f"instance {iid}", f"swebench cannot make its eval script: {what}", _FIX))
         else:
             ready.append((inst, image))
-    problems = _capped(problems)
+    problems = capped(problems, MAX_NAMED)
     if ready and not problems:
         inst, image = ready[0]
         gold = {
@@ -112,17 +112,6 @@ def _gold_problem(inst: dict, image: str, report: dict, task_repo: str | None) -
         "offline a stand-in from a checkout at its base_commit: `python scripts/swe_images.py stand-in`), "
         "or use the task repo / data set revision that matches the record",
     )
-
-
-def _capped(problems: list[Problem]) -> list[Problem]:
-    if len(problems) <= MAX_NAMED:
-        return problems
-    rest = problems[MAX_NAMED:]
-    ids = " ".join(p.where.removeprefix("instance ") for p in rest)
-    return [
-        *problems[:MAX_NAMED],
-        Problem(f"{len(rest)} more instances", f"the same kinds of problems: {ids}", "as above, for each"),
-    ]
 
 
 def _first_clause(message: str) -> str:

@@ -28,7 +28,7 @@ from vtb.domains.tau import demos as demotools
 from vtb.domains.tau import tasks, tools
 from vtb.domains.tau.env import TauEpisode
 from vtb.domains.tau.user import ScriptedUser
-from vtb.preflight import SPLITS, Problem, Systems, sample
+from vtb.preflight import SPLITS, Problem, Systems, sample, some
 from vtb.progress import say
 
 ENDPOINT_TIMEOUT_S = 10.0
@@ -48,7 +48,7 @@ def preflight(domain, task, data_dir: Path, systems: Systems) -> list[Problem]:
         problems += broken
         bad = {p.where for p in broken}
         for item in sample([t for t in items if f"{split} task {t['id']}" not in bad]):
-            problems += _gold_and_empty(item, db, split, judged)
+            problems += _gold_and_empty(item, db, split, note=not judged and task.allow_unjudged)
     problems += _system_rows(systems.initial, "initial", pool, db, task.initial_noise)
     if systems.reference is not None:
         problems += _system_rows(systems.reference, "reference", pool, db, 0.0)
@@ -69,7 +69,7 @@ def _unjudged(items: list[dict], split: str) -> list[Problem]:
         return []
     return [
         Problem(
-            f"{split} tasks {', '.join(ids[:10])}" + (f" and {len(ids) - 10} more" if len(ids) > 10 else ""),
+            f"{split} tasks {some(ids)}",
             "their reward_basis includes NL_ASSERTION, and no judge is configured: their scores would "
             "be the other components' alone, not tau2's",
             "set task.judge_base_url=<OpenAI-compatible URL> task.judge_model=<name>, or "
@@ -94,7 +94,7 @@ def _gold_failures(items: list[dict], db: dict, split: str) -> list[Problem]:
     return out
 
 
-def _gold_and_empty(item: dict, db: dict, split: str, judged: bool) -> list[Problem]:
+def _gold_and_empty(item: dict, db: dict, split: str, note: bool) -> list[Problem]:
     where = f"{split} task {item['id']}"
     demo = demotools.play_demo(item, db, trial=0)
     out = []
@@ -111,8 +111,8 @@ def _gold_and_empty(item: dict, db: dict, split: str, judged: bool) -> list[Prob
     empty = _empty_episode(item, db, gold) if asks else None
     if empty is None or empty.reward() == 0.0:
         return out
-    if "NL_ASSERTION" in empty.not_judged():  # the one component that would tell: noted, not refused
-        if not judged:
+    if "NL_ASSERTION" in empty.not_judged():  # the one component that would tell: refused in `_unjudged`
+        if note:  # played unjudged on purpose (task.allow_unjudged): said once here
             say(
                 f"preflight: {where}: with no judge (task.judge_base_url) doing nothing earns reward 1; "
                 "its NL_ASSERTION component is recorded as not judged in every episode"

@@ -26,7 +26,7 @@ from pathlib import Path
 from vtb.config import SandboxConfig
 from vtb.domains.terminal import images
 from vtb.domains.terminal.env import TerminalEpisode
-from vtb.preflight import SPLITS, Problem, sample
+from vtb.preflight import SPLITS, Problem, sample, some
 from vtb.runner import sandbox_for
 
 LOG_LINES = 6  # of a test log, quoted in a refusal
@@ -35,7 +35,7 @@ NEEDS_DOCKER_FIX = "run it with sandbox=docker (the image is built offline; see 
 
 def needs_docker(ids: list[str], backend: str) -> str:
     """Why tasks built from their Dockerfile cannot run on `backend` (the fix: NEEDS_DOCKER_FIX)."""
-    shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+    shown = some(ids, 5)
     return (
         f"task {shown}: its environment is built from its Dockerfile (RUN / ADD / COPY steps beyond "
         f"app/), which sandbox={backend} cannot build, so /app would start without its inputs"
