@@ -123,3 +123,31 @@ def test_long_problem_lists_are_capped_and_every_place_named():
     )
     mixed = capped([*problems[:10], Problem("x", "y", "other fix"), problems[0]], 10)
     assert mixed[10].fix == "as above, for each" and capped(problems[:3], 10) == problems[:3]
+
+
+def test_a_cli_run_writes_each_system_once(tmp_path: Path, monkeypatch):
+    """Was: the CLI's preflight, the flow's and the background reference each wrote the systems
+    (for tau, three replays of every demonstration). Now a process builds each system once."""
+    from vtb.bench import check_data
+    from vtb.compose import compose_config
+    from vtb.domains.registry import get_domain
+    from vtb.pipeline import build_system, provision_data
+
+    cfg = compose_config([f"cache_dir={tmp_path}", "task.n_pool=40", "task.n_val=5", "task.n_test=5"])
+    domain = type(get_domain("math"))
+    calls = {"initial": 0, "reference": 0}
+    for kind in calls:
+        method = getattr(domain, f"write_{kind}_system")
+
+        def counted(self, *args, _kind=kind, _method=method):
+            calls[_kind] += 1
+            return _method(self, *args)
+
+        monkeypatch.setattr(domain, f"write_{kind}_system", counted)
+    store = tmp_path / "snapshots"
+    store.mkdir()
+    data = provision_data(cfg.task, tmp_path)
+    first = check_data(cfg, data, store)  # the CLI, before the flow
+    assert check_data(cfg, data, store) == first  # the flow's own preflight
+    assert build_system("reference", cfg, Path(data.data_dir), store)  # the background reference
+    assert calls == {"initial": 1, "reference": 1}

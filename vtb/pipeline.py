@@ -23,7 +23,7 @@ from vtb.config import AgentConfig, BenchConfig, EngineConfig, ModelConfig, Sand
 from vtb.domains import salt
 from vtb.domains.registry import get_domain
 from vtb.engine.select import engine_env
-from vtb.hashing import hash_dir, hash_file
+from vtb.hashing import hash_dir, hash_file, hash_json
 from vtb.keys import data_key
 from vtb.ledger import Charge
 from vtb.results import DataResult, ModelResult, PlayResult, TrainResult, TurnOutcome
@@ -160,8 +160,21 @@ def _build_tiny(
     return charge_of(result)
 
 
+_BUILT: dict[str, str] = {}  # snapshot ids of the systems built in this process, by what made them
+
+
 def build_system(kind: str, cfg: BenchConfig, data_dir: Path, store: Path) -> str:
-    """Write the domain's initial or reference system and snapshot it; returns the snapshot id."""
+    """Write the domain's initial or reference system and snapshot it; returns the snapshot id.
+
+    A system is a function of its kind, the task and trainer settings and the data, so one built
+    once in a process is not built again: the CLI's preflight, the flow's and the background
+    reference would otherwise each write it (for tau that replays every demonstration).
+    """
+    made_by = hash_json(
+        [kind, str(data_dir), str(store), dataclasses.asdict(cfg.task), dataclasses.asdict(cfg.trainer)]
+    )
+    if made_by in _BUILT and (store / _BUILT[made_by]).is_dir():
+        return _BUILT[made_by]
     domain = get_domain(cfg.task.name)
     with tempfile.TemporaryDirectory(prefix=f"vtb-{kind}-") as tmp:
         ws = Path(tmp)
@@ -171,7 +184,8 @@ def build_system(kind: str, cfg: BenchConfig, data_dir: Path, store: Path) -> st
             domain.write_reference_system(ws, cfg.task, data_dir)
         else:
             raise ValueError(kind)
-        return snapshot(ws, store)
+        _BUILT[made_by] = snapshot(ws, store)
+    return _BUILT[made_by]
 
 
 def step_limits(
