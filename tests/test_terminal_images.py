@@ -86,6 +86,26 @@ def test_the_input_is_only_in_the_dockerfile(task):
 
 
 @pytest.mark.docker
+def test_a_task_keeps_one_image_whatever_its_edits(task, tmp_path):
+    """Was: each content of a task's environment left its own vtb-task-* image in the engine."""
+    import base64
+
+    hostroot_image()
+    sandbox = sandbox_backend("docker")
+    cfg = TerminalConfig(name="terminal", base_images=[f"{k}={v}" for k, v in BASES.items()])
+    tags = []
+    for edit in ("one", "two"):
+        env = task["environment"]
+        dockerfile = base64.b64decode(env["context"][env["dockerfile"]]["b64"]).decode()
+        changed = dockerfile + f"\nENV VTB_EDIT={edit}\n"
+        env["context"][env["dockerfile"]]["b64"] = base64.b64encode(changed.encode()).decode()
+        tags.append(images.ensure_image(sandbox.api, task, cfg.base_map()))
+    repo = tags[0].rsplit(":", 1)[0]
+    left = [t for image in sandbox.api.images(name=repo) for t in image.get("RepoTags") or []]
+    assert tags[0] != tags[1] and left == [tags[1]]
+
+
+@pytest.mark.docker
 def test_gold_resolves_and_nothing_does_not_on_docker(task, tmp_path):
     hostroot_image()
     sandbox = sandbox_backend("docker")

@@ -83,7 +83,26 @@ def ensure_image(api, task: dict, base_images: dict[str, str], network: str = "n
         if _exists(api, tag):
             return tag
         _build(api, task, tag, base_images, network)
+        _drop_older(api, tag)
     return tag
+
+
+def _drop_older(api, tag: str) -> None:
+    """Remove the task's images of other contents: one image per task id stays in the engine.
+
+    Each edit of a task's environment makes a new tag; without this they piled up (one per edit,
+    and one per test run on fresh files). An image a container still uses is left, not forced.
+    """
+    import docker
+
+    repo = tag.rsplit(":", 1)[0]
+    for image in api.images(name=repo):
+        for old in image.get("RepoTags") or []:
+            if old != tag and old.rsplit(":", 1)[0] == repo:
+                try:
+                    api.remove_image(old, noprune=False)
+                except docker.errors.APIError:
+                    pass  # in use by a running episode: the next build of this task retries
 
 
 def built_image(sandbox, task: dict, base_images: dict[str, str], network: str = "none") -> tuple[str, str]:
