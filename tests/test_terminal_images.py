@@ -89,12 +89,13 @@ def test_the_input_is_only_in_the_dockerfile(task):
 def test_a_task_keeps_one_image_whatever_its_edits(task, tmp_path):
     """Was: each content of a task's environment left its own vtb-task-* image in the engine."""
     import base64
+    import uuid
 
     hostroot_image()
     sandbox = sandbox_backend("docker")
     cfg = TerminalConfig(name="terminal", base_images=[f"{k}={v}" for k, v in BASES.items()])
     tags = []
-    for edit in ("one", "two"):
+    for edit in (uuid.uuid4().hex, uuid.uuid4().hex):  # contents this engine has never built
         env = task["environment"]
         dockerfile = base64.b64decode(env["context"][env["dockerfile"]]["b64"]).decode()
         changed = dockerfile + f"\nENV VTB_EDIT={edit}\n"
