@@ -21,9 +21,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import hydra
+from hydra.errors import HydraException
 from omegaconf import DictConfig
 from prefect import flow, tags
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.states import Failed
 
 from flows.gpu import gpu_slot, machine, worker_gpus
 from flows.signals import refuse, run_main
@@ -33,6 +35,7 @@ from vtb import record
 from vtb.bench import Bench, default_run_id, preflight, preflight_data
 from vtb.compose import compose_config, to_config
 from vtb.config import CONF_DIR, BenchConfig
+from vtb.preflight import PreflightError
 
 
 def run_bench(cfg: BenchConfig) -> dict:
@@ -97,16 +100,23 @@ def bench_deployment(overrides: list[str] | None = None, config: dict | None = N
     however many workers share the machine. `location` (host and record path) says where the
     run record lives: the result travels, the record stays on the machine that made it.
     """
-    cfg = job_config(overrides, config)
+    try:  # refused before any work: the run ends Failed with the reason (which names the fix)
+        # as its message, once, instead of a traceback in the worker's log; the sweep's row shows it
+        cfg = job_config(overrides, config)
+        preflight(cfg)
+    except (ValueError, HydraException) as e:  # a bad config or override (a typo in a name)
+        return Failed(message=f"refused: {e}")
     gpus = worker_gpus()
-    if not gpus:
-        return _located(cfg)
-    with gpu_slot(gpus) as gpu:
-        return _located(replace(cfg, sandbox=replace(cfg.sandbox, gpus=gpu)))
+    try:
+        if not gpus:
+            return _located(cfg)
+        with gpu_slot(gpus) as gpu:
+            return _located(replace(cfg, sandbox=replace(cfg.sandbox, gpus=gpu)))
+    except PreflightError as e:  # the data preflight, inside the flow: nothing was spent yet
+        return Failed(message=f"refused: {e}")
 
 
 def _located(cfg: BenchConfig) -> dict:
-    preflight(cfg)
     return {**_bench(cfg), "location": {"host": machine(), "path": str(cfg.paths()[0] / cfg.run_id)}}
 
 

@@ -151,3 +151,21 @@ def test_a_cli_run_writes_each_system_once(tmp_path: Path, monkeypatch):
     assert check_data(cfg, data, store) == first  # the flow's own preflight
     assert build_system("reference", cfg, Path(data.data_dir), store)  # the background reference
     assert calls == {"initial": 1, "reference": 1}
+
+
+def test_a_deployed_bench_that_is_refused_ends_failed_with_the_reason_and_no_traceback(
+    tmp_path: Path, prefect_server, caplog
+):
+    """Was: a deployment's flow raised the PreflightError, so the worker logged a traceback and the
+    sweep's row carried Prefect's wording. Now the run ends Failed with the refusal as its message."""
+    from flows.bench import bench_deployment
+
+    where = [f"runs_dir={tmp_path / 'runs'}", f"cache_dir={tmp_path / 'cache'}"]
+    data = bench_deployment(overrides=["task.n_test=0", *where], return_state=True)  # in the flow
+    assert data.is_failed() and data.message.startswith("refused: preflight: task=math cannot give")
+    assert "split test: has 0 items" in data.message and "Fix: set task.n_test>=1" in data.message
+    config = bench_deployment(overrides=["agent=no-such-agent", *where], return_state=True)  # before it
+    assert config.is_failed() and config.message.startswith("refused: ")
+    assert "Traceback" not in caplog.text
+    made = {p.name for p in (tmp_path / "cache").iterdir()}
+    assert made == {"data", "snapshots", "prefect"}  # the data step and its step cache; no model
