@@ -42,6 +42,7 @@ from vtb import leaderboard, safefs
 from vtb.bench import default_run_id
 from vtb.compose import compose_config
 from vtb.config import CONF_DIR, BenchConfig
+from vtb.domains import salt
 from vtb.record import md_text
 
 
@@ -61,6 +62,10 @@ class SweepConfig:
     work_queue: str | None = None  # first tries go to this queue of its pool (default: the deployment's)
     crash_retries: int = 1  # a bench whose flow run crashed (its worker died) is started again this often
     poll_seconds: float = 5.0  # dispatch=deployment: between looks at the benches' flow runs
+    # hidden: the benches' test split is drawn with this installation's salt (vtb/domains/salt.py
+    # installation_salt) unless the overrides or $VTB_TEST_SALT give one; public: the published
+    # default salt (README figures; recorded and ranked as a public split)
+    test_split: str = "hidden"
 
 
 def dispatch_mode(cfg: SweepConfig) -> str:
@@ -73,9 +78,27 @@ def dispatch_mode(cfg: SweepConfig) -> str:
     return mode
 
 
+def salt_overrides(cfg: SweepConfig) -> list[str]:
+    """What the sweep adds for its test split: this installation's salt, unless one is given.
+
+    Scores are compared across a sweep's benches and sweeps, so their test split must not be the
+    public one anyone can rebuild; every bench gets the same salt (one file), so they are
+    comparable with each other and with later sweeps of this installation.
+    """
+    if cfg.test_split not in ("hidden", "public"):
+        raise ValueError(f"sweep test_split={cfg.test_split!r}: use hidden or public")
+    named = any(
+        o.split("=", 1)[0].lstrip("+") in ("task.test_salt", "task.test_salt_file") for o in cfg.overrides
+    )
+    if cfg.test_split == "public" or named or os.environ.get(salt.ENV_VAR):
+        return []
+    return [f"task.test_salt_file={salt.installation_salt()}"]
+
+
 def bench_overrides(cfg: SweepConfig) -> list[list[str]]:
     """The Hydra overrides of each bench, per (task, agent, seed): `python -m flows.bench <these>`."""
     runs, cache = str(Path(cfg.runs_dir).resolve()), str(Path(cfg.cache_dir).resolve())
+    secret = salt_overrides(cfg)
     return [
         [
             f"task={task}",
@@ -83,6 +106,7 @@ def bench_overrides(cfg: SweepConfig) -> list[list[str]]:
             f"seed={seed}",
             f"runs_dir={runs}",
             f"cache_dir={cache}",
+            *secret,
             *cfg.overrides,
         ]
         for task in cfg.tasks
@@ -181,7 +205,15 @@ def deployed_benches(cfg: SweepConfig) -> list[dict]:
     for overrides, bench in zip(bench_overrides(cfg), bench_configs(cfg), strict=True):
         # no preflight here: GPUs, CLIs and endpoints are the worker's, which checks them first
         run = bench.run_id or default_run_id(bench)
-        expected = {"run_id": run, "task": bench.task.name, "agent": bench.agent.name, "seed": bench.seed}
+        sha = salt.salt_sha256(bench.task)  # every worker must draw the sweep's split (result_check)
+        split = {"kind": salt.split_kind(sha), "salt_sha256": sha}
+        expected = {
+            "run_id": run,
+            "task": bench.task.name,
+            "agent": bench.agent.name,
+            "seed": bench.seed,
+            "test_split": split,
+        }
         tags = [*bench_tags(bench), f"sweep:{flow_run.name}"]
         jobs.append(Job(run, overrides, expected, tags, work_queue=cfg.work_queue))
     run_deployments(jobs, cfg.deployment, cfg.poll_seconds, cfg.crash_retries)
@@ -259,6 +291,7 @@ def nightly_sweep(
     dispatch: str = "auto",
     deployment: str = DEPLOYMENT,
     crash_retries: int = 1,
+    test_split: str = "hidden",
 ) -> dict:
     """The sweep with JSON parameters, for the Prefect deployment (prefect.yaml).
 
@@ -282,6 +315,7 @@ def nightly_sweep(
         dispatch=dispatch,
         deployment=deployment,
         crash_retries=crash_retries,
+        test_split=test_split,
     )
     return _sweep(cfg)
 

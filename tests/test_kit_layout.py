@@ -298,3 +298,67 @@ def test_the_run_record_holds_the_salt_hash_only(tmp_path, monkeypatch):
     assert default.hashes["pool"] == data.hashes["pool"]
     for path in Path(data.data_dir).rglob("*"):
         assert not path.is_file() or SALT.encode() not in path.read_bytes()
+
+
+def test_the_installation_salt_is_private_made_once_and_per_installation(tmp_path, monkeypatch):
+    from vtb.domains import salt
+
+    monkeypatch.setenv("VTB_STATE_DIR", str(tmp_path / "state"))
+    path = salt.installation_salt()
+    text = path.read_text().strip()
+    assert len(text) == 64 and int(text, 16) and path.stat().st_mode & 0o777 == 0o600
+    assert salt.installation_salt() == path and path.read_text().strip() == text  # made once
+    monkeypatch.setenv("VTB_STATE_DIR", str(tmp_path / "other"))
+    assert salt.installation_salt().read_text().strip() != text  # each installation its own
+    task = TaskConfig(test_salt_file=str(path))
+    assert salt.split_kind(salt.salt_sha256(task)) == "hidden"
+    assert salt.split_kind(salt.salt_sha256(TaskConfig())) == "public"  # the published default
+    with pytest.raises(ValueError, match="does not exist on this machine: copy the salt file there"):
+        salt.resolve(TaskConfig(test_salt_file=str(tmp_path / "missing")))
+
+
+def test_no_sandbox_sees_the_installation_salt(backend, data_dir, tmp_path):
+    """The salt file lives in the user's state folder: no sandbox mounts it, nor holds its value."""
+    from vtb.domains import salt
+
+    path = salt.installation_salt()  # the real default place (~/.local/state/vtb/test_salt)
+    secret = path.read_text().strip()
+    ws, base = tmp_path / "ws", tmp_path / "base"
+    ws.mkdir(), base.mkdir()
+    mounts = runner.research_mounts(ws, data_dir, base)
+    read = backend.run(["cat", str(path)], mounts=mounts, limits=LIMITS)
+    assert read.returncode != 0 and secret not in read.stdout
+    found = backend.run(
+        ["grep", "-rlF", secret, "/data", "/ws", "/base", "/etc"], mounts=mounts, limits=LIMITS
+    )
+    assert found.stdout == "" and secret not in found.stderr
+
+
+def test_a_sweep_draws_a_hidden_split_unless_told_otherwise(tmp_path, monkeypatch):
+    from flows.sweep import SweepConfig, bench_configs, bench_overrides
+    from vtb.domains import salt
+
+    monkeypatch.setenv("VTB_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.delenv("VTB_TEST_SALT", raising=False)
+    where = {"runs_dir": str(tmp_path / "runs"), "cache_dir": str(tmp_path / "cache")}
+    hidden = SweepConfig(tasks=["math", "tau"], agents=["noop"], seeds=[0, 1], **where)
+    shas = {salt.salt_sha256(c.task) for c in bench_configs(hidden)}
+    assert len(shas) == 1 and salt.split_kind(shas.pop()) == "hidden"  # one salt for every bench
+    assert all(f"task.test_salt_file={salt.installation_salt()}" in o for o in bench_overrides(hidden))
+    public = SweepConfig(test_split="public", **where)
+    assert {salt.split_kind(salt.salt_sha256(c.task)) for c in bench_configs(public)} == {"public"}
+    own = SweepConfig(overrides=[f"task.test_salt={SALT}"], **where)  # a leaderboard's own salt wins
+    assert {salt.salt_sha256(c.task) for c in bench_configs(own)} == {
+        hashlib.sha256(SALT.encode()).hexdigest()
+    }
+    with pytest.raises(ValueError, match="test_split='secret'"):
+        bench_overrides(SweepConfig(test_split="secret", **where))
+
+
+def test_the_summary_says_which_test_split_a_score_is_on():
+    from vtb.domains import salt
+    from vtb.record import split_line
+
+    public = split_line({"kind": "public", "salt_sha256": salt.PUBLIC_SHA256})
+    assert public.startswith("public (the published default salt: anyone can rebuild it")
+    assert split_line({"kind": "hidden", "salt_sha256": "ab" * 32}) == "hidden (salt sha256 abababababab)"

@@ -194,3 +194,25 @@ def test_grid_effects_pool_seeds_with_a_paired_ci_over_items(tmp_path) -> None:
     md = (tmp_path / "leaderboard.md").read_text()
     assert "## Co-design grid" in md and "| math | greedy | 2 | 2 | +0.000 [+0.000, +0.000]" in md
     assert (tmp_path / "leaderboard_grid.csv").read_text().count("\n") == 5
+
+
+def test_test_splits_are_never_pooled() -> None:
+    """Was: every run of a (task, agent) was pooled, whatever split it was graded on: a run on the
+    public split (anyone can rebuild it) ranked beside hidden-split runs, two salts averaged."""
+    from vtb.domains import salt
+
+    def on(split: str, sha: str, *args) -> dict:
+        return _result(*args) | {"test_split": {"kind": split, "salt_sha256": sha}}
+
+    mine, theirs = "a" * 64, "b" * 64
+    results = [on("hidden", mine, "math", "greedy", s, 0.5, 0.0, 0.8) for s in range(2)]
+    results += [on("public", salt.PUBLIC_SHA256, "math", "greedy", 0, 0.9, 0.0, 0.8)]
+    results += [on("hidden", mine, "tau", "greedy", 0, 0.4, 0.0, 0.8)]
+    table = {(r.task, r.agent): r for r in rows(results)}
+    assert table[("math", "greedy")].seeds == 2 and table[("math", "greedy")].score == pytest.approx(0.5)
+    assert table[("math [public split]", "greedy")].score == pytest.approx(0.9)
+    assert aggregate(list(table.values()))["greedy"]["tasks"] == ["math", "tau"]  # the public row left out
+    results += [on("hidden", theirs, "math", "greedy", 5, 0.1, 0.0, 0.8)]
+    labels = {r.task for r in rows(results)}
+    assert {"math [split aaaaaaaa]", "math [split bbbbbbbb]", "math [public split]", "tau"} == labels
+    assert not [p for p in pairs(results) if "split" in p.task and p.a == p.b]

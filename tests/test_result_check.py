@@ -181,3 +181,15 @@ def _asdict(cfg) -> dict:
     from dataclasses import asdict
 
     return asdict(cfg)
+
+
+def test_a_result_drawn_on_another_test_split_is_refused():
+    """A worker whose salt differs from the sweep's drew another test split: refused, with the fix."""
+    from vtb.result_check import BadResult, check_result
+
+    good = GOOD | {"test_split": {"kind": "hidden", "salt_sha256": "a" * 64}}
+    check_result(good, {"test_split": {"kind": "hidden", "salt_sha256": "a" * 64}})
+    with pytest.raises(BadResult, match="drew another test split .*same salt file, or \\$VTB_TEST_SALT"):
+        check_result(good, {"test_split": {"kind": "hidden", "salt_sha256": "b" * 64}})
+    with pytest.raises(BadResult, match="test_split.salt_sha256 is not a sha256"):
+        check_result(good | {"test_split": {"kind": "hidden", "salt_sha256": "x"}})

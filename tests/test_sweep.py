@@ -34,6 +34,12 @@ def test_sweep_runs_benches_survives_a_failure_and_writes_the_leaderboard(tmp_pa
     assert "| math | noop | 2 |" in md and "| math | cli |" not in md
     results = [json.loads(p.read_text()) for p in runs.glob("*/result.json")]
     assert sorted(r["seed"] for r in results) == [0, 1]
+    # compared scores: a hidden split (this installation's salt), one for every bench
+    from vtb.domains import salt
+
+    splits = {json.dumps(r["test_split"], sort_keys=True) for r in results}
+    assert len(splits) == 1 and results[0]["test_split"]["kind"] == "hidden"
+    assert results[0]["test_split"]["salt_sha256"] != salt.PUBLIC_SHA256
 
     from prefect.client.orchestration import get_client
 

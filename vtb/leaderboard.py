@@ -19,6 +19,11 @@ parts alone), each with a paired bootstrap CI over seeds and test items (the gri
 graded on the same items, so every effect is a contrast of per-item rewards), and the count of
 each verdict; in leaderboard.md and leaderboard_grid.csv.
 
+Test splits are never pooled: a run on the public test split (the published default salt, which
+anyone can rebuild with its answers; vtb/domains/salt.py) is ranked apart as "<task> [public
+split]", and runs drawn with different hidden salts apart from each other ("<task> [split
+<sha256 prefix>]"); a task whose runs share one hidden salt keeps its plain name.
+
 Flagged runs (the contamination scan of vtb/contamination.py, or the null-model check) are
 counted per row and kept by default, scored and marked; `exclude_flagged` (CLI
 `--exclude-flagged`, sweep `exclude_flagged=true`) leaves them out of every figure.
@@ -109,11 +114,38 @@ def is_flagged(result: dict) -> bool:
     return bool(scan.get("flagged")) or bool((result.get("submitted") or {}).get("flagged_by_null_model"))
 
 
+def _split(result: dict) -> tuple[str, str]:
+    """(kind, salt sha256) of a run's test split; ("", "") for a record from before it was kept."""
+    split = result.get("test_split")
+    if not isinstance(split, dict):
+        return "", ""
+    return str(split.get("kind", "")), str(split.get("salt_sha256", ""))
+
+
+def task_labels(results: list[dict]) -> list[str]:
+    """Each run's task as ranked: its own split's, so that no figure pools two test splits."""
+    hidden: dict[str, set[str]] = {}
+    for r in results:
+        kind, sha = _split(r)
+        if kind == "hidden":
+            hidden.setdefault(r["task"], set()).add(sha)
+    labels = []
+    for r in results:
+        kind, sha = _split(r)
+        if kind == "public":
+            labels.append(f"{r['task']} [public split]")
+        elif kind == "hidden" and len(hidden[r["task"]]) > 1:
+            labels.append(f"{r['task']} [split {sha[:8]}]")
+        else:
+            labels.append(r["task"])
+    return labels
+
+
 def _groups(results: list[dict], exclude_flagged: bool) -> dict[tuple[str, str], list[dict]]:
     groups: dict[tuple[str, str], list[dict]] = {}
-    for r in results:
+    for r, task in zip(results, task_labels(results), strict=True):
         if not (exclude_flagged and is_flagged(r)):
-            groups.setdefault((r["task"], r["agent"]), []).append(r)
+            groups.setdefault((task, r["agent"]), []).append(r)
     return groups
 
 
@@ -275,10 +307,13 @@ def rows(results: list[dict], exclude_flagged: bool = False) -> list[Row]:
 
 
 def aggregate(table: list[Row]) -> dict[str, dict]:
-    """Per agent: task scores weighted by 1 / (reference - initial); tasks without a gap are left out."""
+    """Per agent: task scores weighted by 1 / (reference - initial); tasks without a gap are left out,
+    and so are public-split rows where the agent has hidden-split ones (never one figure of both)."""
     out: dict[str, dict] = {}
     for agent in sorted({r.agent for r in table}):
         mine = [r for r in table if r.agent == agent and r.reference is not None and r.reference > r.initial]
+        if any(not r.task.endswith("[public split]") for r in mine):
+            mine = [r for r in mine if not r.task.endswith("[public split]")]
         weights = [1.0 / (r.reference - r.initial) for r in mine]
         total = sum(weights)
         out[agent] = {

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from vtb import safefs
 from vtb.config import BenchConfig
+from vtb.domains import salt
 from vtb.hashing import code_version
 from vtb.ledger import Ledger
 from vtb.results import RunOutcome
@@ -121,6 +122,12 @@ class RunRecord:
             "task": cfg.task.name,
             "source": cfg.task.source,
             "metric": cfg.task.metric,  # the reward actually used (math resolves the source's own)
+            # public: the published default salt, so anyone can rebuild this test split (and its
+            # answers); hidden: a salt no published code holds. Never ranked together.
+            "test_split": {
+                "kind": salt.split_kind(run.data.test_salt_sha256),
+                "salt_sha256": run.data.test_salt_sha256,
+            },
             "agent": cfg.agent.name,
             "model": cfg.model.name,
             "seed": cfg.seed,
@@ -304,6 +311,14 @@ def report_for_ui(run_dir: Path) -> str:
     return text
 
 
+def split_line(split: dict | None) -> str:
+    if not split:
+        return "-"
+    if split.get("kind") == "public":
+        return "public (the published default salt: anyone can rebuild it; not for comparison)"
+    return f"hidden (salt sha256 {str(split.get('salt_sha256'))[:12]})"
+
+
 def summary_table(result: dict) -> str:
     b = result["budget"]
 
@@ -328,6 +343,7 @@ def summary_table(result: dict) -> str:
         *gpu_row,
         ("research agent's LLM", f"{b.get('agent_tokens', 0)} tokens, ${b.get('agent_cost_usd', 0.0):.4f}"),
         ("gain by part (val)", ", ".join(f"{k} {v:+.3f}" for k, v in result["gains_by_part"].items()) or "-"),
+        ("test split", split_line(result.get("test_split"))),
         ("contamination scan", contamination_line(result.get("contamination"))),
         *_analysis_rows(result.get("analysis")),
         ("run record", result["record"]),

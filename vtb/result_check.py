@@ -167,10 +167,26 @@ def check_result(result: Any, expected: dict[str, Any] | None = None) -> dict:
     analysis = r.get("analysis")
     if analysis is not None:
         _optional(_dict(analysis, "analysis").get("grid"), _grid, "analysis.grid")
+    split = r.get("test_split")
+    if split is not None:
+        split = _dict(split, "test_split")
+        if split.get("kind") not in ("public", "hidden"):
+            raise BadResult("test_split.kind is not public or hidden")
+        if not (
+            isinstance(split.get("salt_sha256"), str) and re.fullmatch(r"[0-9a-f]{64}", split["salt_sha256"])
+        ):
+            raise BadResult("test_split.salt_sha256 is not a sha256 hex digest")
     where = _dict(r.get("location"), "location")
     _text(where.get("host"), "location.host", 255)
     _text(where.get("path"), "location.path")
     for key, want in (expected or {}).items():
+        if key == "test_split" and r.get(key) != want:
+            got = str((r.get(key) or {}).get("salt_sha256", "none"))[:12]
+            raise BadResult(
+                f"the bench drew another test split (salt sha256 {got}..., the sweep's "
+                f"{want['salt_sha256'][:12]}...): give every worker the sweep's salt (the same salt file, "
+                "or $VTB_TEST_SALT)"
+            )
         if r.get(key) != want:
             raise BadResult(f"{key} is {str(r.get(key))[:80]!r}, the sweep dispatched {str(want)[:80]!r}")
     return r

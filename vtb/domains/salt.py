@@ -13,13 +13,17 @@ Where the salt comes from, first one set wins:
                         better for a leaderboard (nothing in the command line or shell history).
   task.test_salt_file   a file holding it (first line); the path is recorded, never the content.
   $VTB_TEST_SALT        the orchestrator's environment (sandboxes never inherit it).
-  DEFAULT_TEST_SALT     below.
+  DEFAULT_TEST_SALT     below: the PUBLIC test split.
 
 Why a fixed, published default: the README figures must reproduce on any machine from a clean
-clone, which needs every machine to draw the same test split. The default keeps a sandboxed
-agent from rebuilding the split (it cannot read this file), but not a person who reads the
-repository, so a leaderboard's owner sets a private salt that no published code contains and
-publishes only its sha256 (recorded in the manifest as `test_salt_sha256`).
+clone, which needs every machine to draw the same test split. But anyone who reads this
+repository (a person, or a model trained on it) can rebuild that split with its answers, so a
+run on it is recorded as a "public" test split (`test_split` in result.json, the summary and the
+leaderboard, which never ranks it with hidden-split runs). Where scores are compared (sweeps,
+the nightly deployment) the test split is hidden by default: drawn with this installation's own
+salt (`installation_salt`: random, created on first use in the user's state folder, mode 0600,
+outside the checkout and outside every sandbox), unless one is given above. A leaderboard's owner
+sets their own salt and publishes only its sha256 (`test_salt_sha256` in the manifest).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import hmac
 import json
 import os
 import random
+import secrets
 from pathlib import Path
 
 DEFAULT_TEST_SALT = "vtb-default-test-salt:7f3c1e0a9b5d4c2e8a6f"
@@ -67,6 +72,11 @@ def resolve(task) -> str:
         return _INLINE[inline]
     path = getattr(task, "test_salt_file", None)
     if path:
+        if not Path(path).expanduser().is_file():
+            raise ValueError(
+                f"task.test_salt_file={path} does not exist on this machine: copy the salt file there "
+                f"(every machine of a sweep needs the same one), or set ${ENV_VAR}"
+            )
         raw = Path(path).expanduser().read_bytes()[:MAX_SALT_BYTES]
         salt = raw.decode("utf-8", "strict").splitlines()[0].strip() if raw.strip() else ""
         if not salt:
@@ -78,6 +88,48 @@ def resolve(task) -> str:
 def salt_sha256(task) -> str:
     """The sha256 of the task's salt: what the run record and the data cache key hold."""
     return sha256(resolve(task))
+
+
+PUBLIC_SHA256 = sha256(DEFAULT_TEST_SALT)
+
+
+def split_kind(salt_hash: str) -> str:
+    """ "public" for the published default salt (anyone can rebuild that split), else "hidden"."""
+    return "public" if salt_hash == PUBLIC_SHA256 else "hidden"
+
+
+def given(task) -> bool:
+    """Whether the task names a salt of its own (inline, file or $VTB_TEST_SALT)."""
+    return bool(
+        getattr(task, "test_salt", None) or getattr(task, "test_salt_file", None) or os.environ.get(ENV_VAR)
+    )
+
+
+def state_dir() -> Path:
+    """This installation's private state: $VTB_STATE_DIR, else $XDG_STATE_HOME/vtb, else ~/.local/state/vtb."""
+    if os.environ.get("VTB_STATE_DIR"):
+        return Path(os.environ["VTB_STATE_DIR"]).expanduser()
+    base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+    return Path(base).expanduser() / "vtb"
+
+
+def installation_salt() -> Path:
+    """The file of this installation's test salt, made on first use (256 random bits, mode 0600).
+
+    Never inside the checkout (a research sandbox mounts the project's code) and never mounted
+    into a sandbox; only its sha256 is recorded. Two machines of one sweep must share it (copy
+    the file, or set $VTB_TEST_SALT on both): the sweep checks every bench's salt hash.
+    """
+    path = state_dir() / "test_salt"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # another process made it first: use theirs
+            return path
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32) + "\n")
+    return path
 
 
 def seed_for(salt: str, data_seed: int, scope: str = "test") -> int:
