@@ -256,21 +256,61 @@ def test_the_null_model_is_the_checkpoint_folder_with_its_weights_shuffled(tmp_p
     assert len(Engine(null, threads=1).generate(["Question: Tom has 3 apples."], max_new_tokens=4)) == 1
 
 
-def test_torch_pickled_weights_are_shuffled_too(tmp_path):
-    import torch
+class _Planted:
+    """A pickle whose loading (by any unpickler that runs reduce calls) makes a marker folder."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.mkdir, (self.marker,))
+
+
+def test_a_checkpoint_takes_in_model_files_only_and_nothing_is_unpickled(tmp_path):
+    """Was: any .pt/.bin/.pth in a checkpoint was kept and torch.load-ed by the null model in the
+    orchestrator (a 200 MB junk optimizer.pt took it from 0.45 to 2.40 GB RSS). Now only model
+    files are taken in, and the null model shuffles safetensors only."""
+    import pickle
+
+    import numpy as np
+    from safetensors.numpy import save_file
 
     from vtb.blind import null_model
+    from vtb.runner import _take_checkpoint
 
-    ckpt = tmp_path / "ckpt"
-    ckpt.mkdir()
-    (ckpt / "config.json").write_text('{"model_type": "gpt2"}')
-    weight = torch.arange(1000, dtype=torch.float32).reshape(10, 100)
-    torch.save({"w": weight}, ckpt / "pytorch_model.bin")
-    (ckpt / "notes.npy").write_bytes(b"kept as it is")  # not a weight file the engines load
-    null = null_model(ckpt, tmp_path / "cache", KEY)
-    got = torch.load(null / "pytorch_model.bin", weights_only=True)["w"]
-    assert not torch.equal(got, weight) and torch.equal(got.flatten().sort().values, weight.flatten())
-    assert (null / "notes.npy").read_bytes() == b"kept as it is"
+    produced = tmp_path / "sandbox" / "checkpoint"
+    produced.mkdir(parents=True)
+    (produced / "config.json").write_text('{"model_type": "gpt2"}')
+    weight = np.arange(1000, dtype=np.float32).reshape(10, 100)
+    save_file({"w": weight}, str(produced / "model.safetensors"))
+    marker = tmp_path / "unpickled"
+    for name in ("pytorch_model.bin", "optimizer.pt", "rng_state.pth", "state.pkl"):
+        (produced / name).write_bytes(pickle.dumps(_Planted(str(marker))))
+    (produced / "notes.npy").write_bytes(b"not a model file")
+    rejected, dropped = _take_checkpoint(produced, tmp_path / "ck", safefs_caps())
+    assert rejected is None
+    assert sorted(d["path"] for d in dropped if d["kind"] == "not kept") == [
+        "notes.npy",
+        "optimizer.pt",
+        "pytorch_model.bin",
+        "rng_state.pth",
+        "state.pkl",
+    ]
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["config.json", "model.safetensors"]
+    null = null_model(tmp_path / "ck", tmp_path / "cache", KEY)
+    from safetensors.numpy import load_file
+
+    got = load_file(str(null / "model.safetensors"))["w"]
+    assert not np.array_equal(got, weight) and np.array_equal(np.sort(got.ravel()), weight.ravel())
+    assert not marker.exists()
+
+
+def safefs_caps():
+    from vtb import safefs
+
+    return safefs.Caps.of(64, 100)
 
 
 def test_episode_ids_and_order_carry_no_split_and_map_back(tmp_path):

@@ -383,7 +383,8 @@ HOSTILE_TRAINER = """import os, sys
 out = sys.argv[sys.argv.index("--out") + 1]
 os.makedirs(out + "/sub")
 open(out + "/config.json", "w").write("{{}}")
-open(out + "/weights.bin", "wb").write(b"w" * 1000)
+open(out + "/model.safetensors", "wb").write(b"w" * 1000)
+open(out + "/optimizer.pt", "wb").write(b"o" * 1000)  # not a model file: never taken in
 os.mkfifo(out + "/train_summary.json")
 os.symlink(".", out + "/loop")
 os.symlink("..", out + "/sub/up")
@@ -420,6 +421,7 @@ def test_a_hostile_checkpoint_is_sanitised_and_train_never_hangs(tmp_path, backe
             "host.txt (symlink)",
             "sub/up (symlink)",
             "env (symlink)",
+            "optimizer.pt (not kept)",
         } == set(outcome.summary["dropped"])
         _link_tree(out / "checkpoint", tmp_path / "run" / "submission" / "model")
     for root in (out / "checkpoint", tmp_path / "run"):
@@ -435,7 +437,7 @@ def test_a_checkpoint_over_its_caps_fails_the_train_step_only(tmp_path, backend)
     cand = _workspace(tmp_path / "cand")
     (cand / "trainer" / "train.py").write_text(
         "import os, sys\nout = sys.argv[sys.argv.index('--out') + 1]\nos.makedirs(out)\n"
-        "open(out + '/config.json', 'w').write('{}')\nopen(out + '/big.bin', 'wb').truncate(512 << 20)\n"
+        "open(out + '/config.json', 'w').write('{}')\nopen(out + '/big.safetensors', 'wb').truncate(512 << 20)\n"
     )
     base = tmp_path / "base"
     base.mkdir()

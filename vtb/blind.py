@@ -13,9 +13,11 @@ orchestrator (`secret`):
   candidate's own with every weight tensor's elements shuffled by a keyed seed: the same file
   names, sizes, modes and mtimes, config and tokenizer, weight headers, dtypes, shapes and even
   each tensor's multiset of values, but no learned structure left, so it emits nothing useful.
-  Files that are not weights the engines load (safetensors, torch pickles) are copied unchanged:
-  a harness that keeps its own model in another format still scores in the null check and is
-  flagged. Built once per checkpoint hash under <cache>/null-models;
+  Only safetensors are weights here: a checkpoint holds model files only (vtb/runner.py
+  MODEL_SUFFIXES; torch pickles are never taken in, so never unpickled), and the shuffle works in
+  place on a memory map of the copy, within the checkpoint's caps (a small multiple of the base
+  model's size, vtb/pipeline.py checkpoint_caps). Built once per checkpoint hash under
+  <cache>/null-models;
 - **the model itself**: the harness never sees weights; it reaches a model server through the
   same socket mount, URL and key format in every mode (vtb/service.py), and only the
   orchestrator knows which checkpoint that server loaded: the trained one, its null model, or
@@ -97,7 +99,6 @@ def real_ids(blinded: list[Blind], by_opaque: dict) -> dict:
 
 # --- the null model ----------------------------------------------------------------------------
 
-TORCH_SUFFIXES = (".bin", ".pt", ".pth")
 MAX_HEADER = 100 << 20  # a safetensors header larger than this is not one
 
 
@@ -128,8 +129,6 @@ def _copy_shuffled(src: Path, dst: Path, seed: int) -> None:
     for e in safefs.walk(dst):
         if e.kind == "file" and e.name.endswith(".safetensors"):
             _shuffle_safetensors(dst / e.rel, rng)
-        elif e.kind == "file" and e.name.endswith(TORCH_SUFFIXES):
-            _shuffle_torch(dst / e.rel, rng)
     _mirror_stats(src, dst)
 
 
@@ -201,24 +200,6 @@ def _shuffle_safetensors(path: Path, rng) -> None:
             rng.shuffle(elems.view(np.ndarray))
     data.flush()
     del data
-
-
-def _shuffle_torch(path: Path, rng) -> None:
-    """Shuffle each tensor of a torch state dict (weights_only load); anything else is left as it is."""
-    import torch
-
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception:  # noqa: BLE001 (not a torch file the engines could load either)
-        return
-    if not isinstance(state, dict):
-        return
-    for value in state.values():
-        if isinstance(value, torch.Tensor) and value.numel() > 1 and value.is_contiguous():
-            flat = value.view(-1)
-            perm = torch.from_numpy(rng.permutation(flat.numel()))
-            flat.copy_(flat[perm])
-    torch.save(state, path)
 
 
 # --- one mount path in every mode --------------------------------------------------------------

@@ -157,7 +157,8 @@ class SandboxConfig:
     max_part_files: int = 20000
     # harness/ holds code and small assets, not weights (the model is a service, vtb/serve/)
     max_harness_mb: float = 1.0
-    # a trained checkpoint: a 7B model's fp32 weights + Adam state (~84 GB) fit
+    # a trained checkpoint's upper bound; each is also held to 4 x its base model's weights + 256 MB
+    # (vtb/pipeline.py checkpoint_caps) and holds model files only (no optimizer state)
     max_checkpoint_mb: float = 100_000.0
     max_checkpoint_files: int = 10000
 

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from vtb import progress, runner
+from vtb import progress, runner, safefs
 from vtb.agents import Feedback
 from vtb.agents.turn import take_turn
 from vtb.blind import blind, real_ids, secret_of
@@ -202,6 +202,26 @@ def step_limits(
     )
 
 
+CHECKPOINT_FACTOR = 4  # a checkpoint may hold this many times the base model's weights...
+CHECKPOINT_SLACK_MB = 256  # ...plus this much (tokenizer, configs, a LoRA adapter's overhead)
+
+
+def checkpoint_caps(sandbox_cfg: SandboxConfig, base_dir: Path) -> safefs.Caps:
+    """What a trained checkpoint may weigh: CHECKPOINT_FACTOR x the base model's weights (fp32 of a
+    bf16 base, or a few adapters) + CHECKPOINT_SLACK_MB, and never over sandbox.max_checkpoint_mb.
+
+    Everything the orchestrator then does with it (the copy into the cache, the null model's
+    shuffled copy, the record's hard links) is bounded by a small multiple of the model's own
+    size, whatever the trainer wrote (vtb/runner.py keeps model files only).
+    """
+    caps = sandbox_cfg.checkpoint_caps()
+    weights = sum(
+        e.size for e in safefs.walk(base_dir) if e.kind == "file" and e.name.endswith(".safetensors")
+    )
+    own = CHECKPOINT_FACTOR * weights + CHECKPOINT_SLACK_MB * safefs.MB
+    return safefs.Caps(min(own, caps.max_bytes) if caps.max_bytes is not None else own, caps.max_files)
+
+
 def train(
     key: str,
     snapshot_dir: str | Path,
@@ -223,7 +243,7 @@ def train(
         seed=seed,
         limits=step_limits(sandbox_cfg, max_flops, cpu_seconds, gpu_seconds),
         echo=lambda line: progress.say(f"  [train] {line}"),
-        checkpoint_caps=sandbox_cfg.checkpoint_caps(),
+        checkpoint_caps=checkpoint_caps(sandbox_cfg, Path(base_dir)),
     )
     return TrainResult(
         ok=outcome.ok,

@@ -167,8 +167,20 @@ def train(
 MAX_SUMMARY_BYTES = 1 << 20  # train_summary.json: a larger one is ignored (recorded as invalid)
 
 
+# What a model server loads from a checkpoint: weights as safetensors, JSON configs, tokenizer
+# files (text, sentencepiece, tiktoken) and chat templates. Anything else a trainer writes
+# (optimizer states, torch pickles, logs) is left in its sandbox: the orchestrator never opens,
+# unpickles or stores it, and no later step can load it.
+MODEL_SUFFIXES = (".safetensors", ".json", ".txt", ".model", ".tiktoken", ".jinja")
+
+
+def model_file(name: str) -> bool:
+    return name.endswith(MODEL_SUFFIXES)
+
+
 def _take_checkpoint(produced: Path, dest: Path, caps: safefs.Caps) -> tuple[str | None, list[dict]]:
-    """Copy a produced checkpoint into dest (regular files only, within caps): (why it was refused, dropped).
+    """Copy a produced checkpoint into dest (model files only, regular, within caps): (why it was
+    refused, dropped). Sparse files stay sparse (safefs copies data extents only).
 
     Runs after the trainer's sandbox is gone, so the lstat checks of the path cannot be raced.
     """
@@ -177,7 +189,7 @@ def _take_checkpoint(produced: Path, dest: Path, caps: safefs.Caps) -> tuple[str
     tmp = dest.with_name(dest.name + ".tmp")
     safefs.remove(tmp)
     try:
-        dropped = safefs.copy_tree(produced, tmp, caps)
+        dropped = safefs.copy_tree(produced, tmp, caps, keep=model_file)
     except OSError as e:  # Rejected past the caps, or an unreadable file
         return f"checkpoint rejected: {e}", []
     if not safefs.is_regular(tmp / "config.json"):

@@ -170,14 +170,34 @@ def _read_fd(fd: int, limit: int) -> bytes:
 
 
 def _copy_fd(src: int, size: int, dst: int) -> None:
-    """Copy at most size bytes (the size seen at open: a file growing meanwhile is cut there)."""
-    left = size
-    while left > 0:
-        block = os.read(src, min(CHUNK, left))
-        if not block:
+    """Copy at most size bytes (the size seen at open: a file growing meanwhile is cut there).
+
+    Sparse-aware: only the source's data extents are read and written (SEEK_DATA / SEEK_HOLE),
+    holes stay holes, so a file that is mostly hole costs the host what it costs inside, not
+    its apparent size. Where the file system cannot say, the whole range is copied.
+    """
+    pos = 0
+    while pos < size:
+        try:
+            start = os.lseek(src, pos, os.SEEK_DATA)
+            end = min(os.lseek(src, start, os.SEEK_HOLE), size)
+        except OSError as e:
+            if e.errno == errno.ENXIO:  # no data past pos: the rest is a hole
+                break
+            start, end = pos, size  # no SEEK_DATA here: copy it all
+        if start >= size:
             break
-        os.write(dst, block)  # a regular file: full writes
-        left -= len(block)
+        os.lseek(src, start, os.SEEK_SET)
+        os.lseek(dst, start, os.SEEK_SET)
+        left = end - start
+        while left > 0:
+            block = os.read(src, min(CHUNK, left))
+            if not block:
+                break
+            os.write(dst, block)  # a regular file: full writes
+            left -= len(block)
+        pos = end
+    os.ftruncate(dst, size)  # a trailing hole keeps the apparent size
 
 
 def copy_tree(
@@ -186,11 +206,13 @@ def copy_tree(
     caps: Caps = NO_CAPS,
     skip: Callable[[str], bool] | None = None,
     link: bool = False,
+    keep: Callable[[str], bool] | None = None,
 ) -> list[dict]:
     """Copy the regular files and directories of src to dst (which must not exist); the dropped rest.
 
-    Returns [{"path": rel, "kind": kind}] for every link, FIFO, socket or device left out. Past
-    caps it raises Rejected and leaves no dst. link=True hard-links files instead of copying
+    Returns [{"path": rel, "kind": kind}] for every link, FIFO, socket or device left out, and
+    every regular file whose name `keep` refuses ("not kept": never opened, not counted in the
+    caps). Past caps it raises Rejected and leaves no dst. link=True hard-links files instead of copying
     them (for host-written trees only, such as the checkpoint cache), copying where it cannot.
     A src that is not a real directory gives an empty dst (a link in its place is reported).
     """
@@ -215,6 +237,9 @@ def copy_tree(
                 continue
             if e.kind != "file":
                 dropped.append({"path": e.rel, "kind": e.kind})
+                continue
+            if keep is not None and not keep(e.name):
+                dropped.append({"path": e.rel, "kind": "not kept"})
                 continue
             try:
                 fd, st = _open_regular(e.name, e.dir_fd)
