@@ -64,8 +64,9 @@ def test_runtime_mounts_are_read_only_and_never_the_repo():
     assert str(Path(vtb_dir).parent) not in targets  # never the repo: only the layout
     assert {f"{vtb_dir}/{rel}" for rel in SANDBOX_CODE} <= targets
     assert not any(m.writable for m in mounts)
-    # Each path at its own location, but the package dir: an empty read-only skeleton of the layout.
-    assert [m.target for m in mounts if m.target != str(m.source)] == [vtb_dir]
+    # Each path at its own location, but /etc (a copy of what programs need) and the package dir
+    # (an empty read-only skeleton of the layout).
+    assert [m.target for m in mounts if m.target != str(m.source)] == ["/etc", vtb_dir]
     for prefix in (sys.prefix, sys.base_prefix):
         assert any(prefix == t or prefix.startswith(t + "/") for t in targets)
     assert runtime_mounts() is not mounts  # callers may append to their own list

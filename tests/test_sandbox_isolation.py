@@ -371,3 +371,41 @@ def test_denials_record_blocked_attempts(backend, host, host_server):
     assert "/usr/pwned" in joined and "Read-only file system" in joined
     assert "Connection refused" in joined
     assert "fine" not in joined
+
+
+def test_only_the_parts_of_etc_programs_need_are_seen(backend, host):
+    """Was: the host's whole /etc was mounted (pip.conf and npmrc tokens, gitconfig credential
+    helpers, service configs, the host's users). Now a sandbox's /etc is a copy of a short list,
+    with stand-in users; a file planted in the host's /etc is not there, wherever it is."""
+    planted = [
+        Path(f"/etc/vtb-planted-{uuid.uuid4().hex}"),
+        Path("/etc/pip.conf"),
+        Path("/etc/apt/auth.conf.d/vtb"),
+    ]
+    made = []
+    try:
+        for path in planted:
+            if not path.exists() and os.access(path.parent if path.parent.exists() else "/etc", os.W_OK):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(host["token"])
+                made.append(path)
+        assert made, "could not plant a file in the host's /etc (run as root)"
+        listing = " ".join(f"'{p}'" for p in made)
+        result = sh(
+            backend, host, f"cat {listing} 2>&1; grep -rlF '{host['token']}' /etc 2>/dev/null; echo done"
+        )
+        assert host["token"] not in result.stdout and result.stdout.endswith("done\n"), result.stdout
+        users = sh(backend, host, "cat /etc/passwd; cat /etc/hostname")
+        *passwd, name = users.stdout.splitlines()
+        assert passwd == ["root:x:0:0:root:/tmp:/bin/sh", "nobody:x:65534:65534:nobody:/nonexistent:/bin/sh"]
+        assert name in ("sandbox", "vtb")  # the stand-in; docker mounts the container's own name
+        works = py(
+            backend,
+            host,
+            "import ssl, subprocess, getpass, locale, mimetypes; ssl.create_default_context();"
+            "print(getpass.getuser(), subprocess.run(['awk', 'BEGIN{print 1}'], capture_output=True, text=True).stdout.strip())",
+        )
+        assert works.returncode == 0 and works.stdout.split() == ["root", "1"], works.stderr[-2000:]
+    finally:
+        for path in made:
+            path.unlink()

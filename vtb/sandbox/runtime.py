@@ -20,12 +20,33 @@ from pathlib import Path
 import vtb
 from vtb.sandbox.base import USAGE_FILE, Limits, Mount
 
-# Top-level host dirs a program needs to run (binaries, shared libraries, loader, /etc configs).
-SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc")
+# Top-level host dirs a program needs to run (binaries, shared libraries, loader). /etc is not
+# one of them: a sandbox gets `etc_dir()`, a copy of the few host entries programs read.
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64")
 
-# Secrets that live inside a mounted system dir. Sandboxed code runs as uid 0 of its own user
+# What of the host's /etc a sandbox sees: the loader's cache, name-service and locale basics,
+# CA certificates (public), Debian's alternatives links (/usr/bin/awk -> /etc/alternatives/awk),
+# fonts, terminfo and Python's config. Nothing else: host configs hold tokens (pip.conf, npmrc,
+# gitconfig credential helpers), service keys and the host's users. passwd and group are
+# stand-ins (root and nobody), hostname is "sandbox"; resolv.conf is there for docker to mount onto.
+ETC_ENTRIES = (
+    *("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "host.conf", "gai.conf", "hosts"),
+    *("localtime", "timezone", "locale.alias", "os-release", "debian_version", "lsb-release"),
+    *("ssl/certs", "ssl/openssl.cnf", "ca-certificates", "ca-certificates.conf", "pki/tls/certs"),
+    *("alternatives", "fonts", "terminfo", "mime.types", "magic", "magic.mime", "inputrc", "shells"),
+    *("protocols", "services", "networks", "bash.bashrc", "profile", "python3", "python3.11", "python3.12"),
+)
+ETC_STANDINS = {
+    "passwd": "root:x:0:0:root:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n",
+    "group": "root:x:0:\nnogroup:x:65534:\n",
+    "hostname": "sandbox\n",
+    "resolv.conf": "# no name service inside a sandbox (docker mounts its own file here)\n",
+}
+
+# Secrets that would live inside a mounted system dir. Sandboxed code runs as uid 0 of its own user
 # namespace, which the kernel maps to the host's uid; files owned by that uid (e.g. a root-owned
-# /etc/shadow) would stay readable without these masks.
+# /etc/shadow) would stay readable without these masks. With /etc a stand-in (etc_dir) they are
+# not there; the masks stay for a caller that mounts a host /etc of its own.
 MASKED_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/security/opasswd")
 MASKED_DIRS = ("/etc/ssh", "/etc/ssl/private")
 
@@ -136,6 +157,27 @@ def _skeleton() -> str:
     return str(root)
 
 
+@functools.cache
+def etc_dir() -> str:
+    """The /etc every sandbox sees: a host dir with copies of ETC_ENTRIES (links kept as links,
+    never followed) and the stand-ins; made once per process, owned by the orchestrator."""
+    root = Path(tempfile.mkdtemp(prefix="vtb-etc-"))
+    atexit.register(shutil.rmtree, root, True)
+    for rel in ETC_ENTRIES:
+        src, dst = Path("/etc") / rel, root / rel
+        if not os.path.lexists(src):
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir() and not src.is_symlink():
+            shutil.copytree(src, dst, symlinks=True, ignore_dangling_symlinks=True)
+        else:
+            shutil.copy2(src, dst, follow_symlinks=False)
+    for name, text in ETC_STANDINS.items():
+        (root / name).write_text(text)
+    os.chmod(root, 0o755)
+    return str(root)
+
+
 def runtime_mounts() -> list[Mount]:
     """Read-only mounts for system dirs, the Python runtime (base + venv) and `SANDBOX_CODE`.
 
@@ -146,6 +188,7 @@ def runtime_mounts() -> list[Mount]:
     package = str(Path(vtb.__file__).resolve().parent)
     return [
         *(Mount(Path(p), p) for p in _runtime_paths()),
+        Mount(Path(etc_dir()), "/etc"),
         Mount(Path(_skeleton()), package),
         *(Mount(Path(p), p) for p in sandbox_code()),
     ]
