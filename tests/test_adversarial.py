@@ -172,6 +172,14 @@ def test_hostile_agent_gains_nothing(tmp_path, backend) -> None:
                 assert not _contains(path, questions), f"hidden test questions leaked into {path}"
     assert apparent < MAX_DISK_MB << 20, f"{apparent >> 20} MB on disk"
 
+    # The publishable record (all but private/) holds no hidden test question, though the
+    # harness echoed each one after its answer and into its log (was: grading.json's samples).
+    private = run_dir / "private"
+    assert (private / "samples.json").exists() and (private / "README.md").exists()
+    for path, st in _files(run_dir):
+        if stat.S_ISREG(st.st_mode) and not path.is_relative_to(private):
+            assert not _contains(path, questions), f"hidden test questions in the publishable {path}"
+
     # The orchestrator's memory stayed bounded despite the flooded streams.
     assert rss_mb < MAX_ORCHESTRATOR_RSS_MB, f"orchestrator peak RSS {rss_mb} MB"
 

@@ -11,6 +11,7 @@ resumes to the same result.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -437,3 +438,32 @@ def test_a_part_the_agent_never_changed_is_not_trained_or_graded_again(tmp_path)
     assert result["analysis"]["spend"]["trainings"] == 0 and result["analysis"]["spend"]["plays"] == 0
     assert not [n for n in fake.names if n.startswith("train-grid")]
     assert grid["verdict"] == "single" and grid["effects"]["main"]["harness"] == pytest.approx(0.39)
+
+
+def test_the_publishable_record_holds_no_test_input(tmp_path) -> None:
+    """Was: grading.json kept five graded episodes in the clear, so a harness that echoed its
+    inputs after its answers published test questions with their rewards. Now those samples (and
+    the graders' reports) live in private/ only, which the record says is never to be published."""
+    question = "What is the secret test question number 4242?"
+    fake = FakeSteps(tmp_path, PLAN[:1])
+    play = fake.play
+
+    def echoing_play(key, harness_dir, model_dir, split, **kw):
+        out = play(key, harness_dir, model_dir, split, **kw)
+        sample = {
+            "id": "test-0",
+            "reward": 1.0,
+            "action": {"type": "answer", "content": f"#### 7\n{question}"},
+        }
+        return dataclasses.replace(out, samples=[sample] if split == "test" else [])
+
+    fake.play = echoing_play
+    _, result = run(config(tmp_path, 1), fake)
+    record = Path(result["record"])
+    private = record / "private"
+    assert (
+        question in (private / "samples.json").read_text()
+        and "do not publish" in (private / "README.md").read_text()
+    )
+    published = [p for p in record.rglob("*") if p.is_file() and not p.is_relative_to(private)]
+    assert published and not [p for p in published if question.encode() in p.read_bytes()]

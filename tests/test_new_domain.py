@@ -78,7 +78,8 @@ def test_a_new_domain_is_one_folder_and_one_config(tmp_path, new_domain) -> None
     assert notes[0].startswith("greedy: rule (harness)") and notes[1].startswith("greedy: train-longer")
     grading = json.loads((record / "grading.json").read_text())
     assert grading["submitted"]["metrics"] == {"reversed": 8.0}
-    assert all(len(s["action"]["content"]) == 5 for s in grading["submitted"]["samples"])
+    samples = json.loads((record / "private" / "samples.json").read_text())["submitted"]
+    assert all(len(s["action"]["content"]) == 5 for s in samples)
 
 
 @pytest.mark.parametrize("domain", ["math", "tau", "terminal", "swe"])

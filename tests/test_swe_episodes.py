@@ -439,7 +439,7 @@ def test_a_shrunk_bench_on_card_and_current_records_grades_gold_partial_and_empt
     print(f"bench in {time.monotonic() - started:.1f} s: {json.dumps(result)[:2000]}")
     record = Path(result["record"])
     assert json.loads((record / "preflight.json").read_text())["checked"] == ["splits", "domain swe"]
-    graded = record / "grading" / "submitted"
+    graded = record / "private" / "grading" / "submitted"
     summary = json.loads((graded / "report.json").read_text())
     ids = [f"pytest-dev__pytest-9100{k}" for k in range(3)]
     assert summary["total_instances"] == 3, summary
@@ -453,7 +453,7 @@ def test_a_shrunk_bench_on_card_and_current_records_grades_gold_partial_and_empt
     assert reports[ids[0]]["resolved"]
     assert reports[ids[1]]["patch_successfully_applied"] and not reports[ids[1]]["resolved"]
     assert not reports[ids[2]]["patch_exists"] and not reports[ids[2]]["resolved"]
-    samples = json.loads((record / "grading.json").read_text())["submitted"]["samples"]
+    samples = json.loads((record / "private" / "samples.json").read_text())["submitted"]
     assert len(samples) == 3
     outputs = [h["output"] for s in samples for h in s["history"]]
     assert any("return a - b" in out for out in outputs), samples  # the harness read /testbed/calc.py

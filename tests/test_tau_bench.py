@@ -52,7 +52,7 @@ def test_tau_run_reports_pass_k_for_every_system(tau_run):
     grading = json.loads((Path(result["record"]) / "grading.json").read_text())
     assert grading["submitted"]["n"] == cfg.task.n_test * cfg.task.trials
     assert grading["submitted"]["null_model_score"] == 0.0 and not grading["submitted"]["flagged"]
-    sample = grading["submitted"]["samples"][0]
+    sample = json.loads((Path(result["record"]) / "private" / "samples.json").read_text())["submitted"][0]
     assert sample["messages"][0]["role"] == "user" and "reward" in sample
 
 

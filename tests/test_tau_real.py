@@ -112,7 +112,11 @@ def airline_run(tmp_path_factory, prefect_server, user_server):
 
 
 def _grading(result: dict) -> dict:
-    return json.loads((Path(result["record"]) / "grading.json").read_text())
+    """grading.json with each system's samples from private/samples.json (the test episodes)."""
+    record = Path(result["record"])
+    grading = json.loads((record / "grading.json").read_text())
+    samples = json.loads((record / "private" / "samples.json").read_text())
+    return {label: g | {"samples": samples.get(label, [])} for label, g in grading.items()}
 
 
 def _preflight(result: dict) -> dict:

@@ -60,7 +60,7 @@ def test_terminal_run_grades_every_system_with_hidden_tests(tmp_path_factory, pr
     grading = json.loads((run_dir / "grading.json").read_text())
     assert grading["submitted"]["n"] == cfg.task.n_test * cfg.task.trials
     assert grading["submitted"]["null_model_score"] == 0.0
-    sample = grading["submitted"]["samples"][0]
+    sample = json.loads((run_dir / "private" / "samples.json").read_text())["submitted"][0]
     assert sample["tests"] and "history" in sample  # the hidden tests ran after the episode
     assert {"harness", "data", "trainer"} <= _edited_parts(run_dir)
     assert "vtb.domains.terminal.kit.datatools from-pool" in "".join(
@@ -73,12 +73,12 @@ def test_swe_run_writes_swe_bench_reports(tmp_path_factory, prefect_server):
     run_dir = Path(result["record"])
     for row in ("initial", "submitted", "reference"):
         assert 0.0 <= result[row]["test_score"] <= 1.0
-    summary = json.loads((run_dir / "grading" / "submitted" / "report.json").read_text())
+    summary = json.loads((run_dir / "private" / "grading" / "submitted" / "report.json").read_text())
     assert summary["total_instances"] == cfg.task.n_test
     assert summary["resolved_instances"] == round(result["submitted"]["test_score"] * cfg.task.n_test)
-    reports = list((run_dir / "grading" / "submitted" / "logs").glob("*/report.json"))
+    reports = list((run_dir / "private" / "grading" / "submitted" / "logs").glob("*/report.json"))
     assert len(reports) == cfg.task.n_test
     first = json.loads(reports[0].read_text())
     assert set(next(iter(first.values()))) >= {"patch_exists", "patch_successfully_applied", "resolved"}
-    assert (run_dir / "grading" / "submitted" / "predictions.jsonl").exists()
+    assert (run_dir / "private" / "grading" / "submitted" / "predictions.jsonl").exists()
     assert {"harness", "data", "trainer"} <= _edited_parts(run_dir)

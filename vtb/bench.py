@@ -422,7 +422,7 @@ class Bench:
         def finish() -> Grade:
             played: PlayResult = test.result()
             for name, content in played.artifacts.items():  # e.g. SWE-bench report.json files
-                self.rec.write_artifact(f"grading/{label}/{name}", content)
+                self.rec.write_private(f"grading/{label}/{name}", content)  # test ids, logs: private
             grade = Grade(
                 test_score=played.score,
                 n=played.n,

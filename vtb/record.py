@@ -63,6 +63,26 @@ class RunRecord:
             (self.dir / relpath).parent.mkdir(parents=True, exist_ok=True)
             (self.dir / relpath).write_text(str(content))
 
+    def write_private(self, relpath: str, content: object) -> None:
+        """A file under private/: test inputs and the outputs graded on them, never to be published."""
+        if not (self.dir / PRIVATE / "README.md").exists():
+            self.write_artifact(f"{PRIVATE}/README.md", PRIVATE_README)
+        self.write_artifact(f"{PRIVATE}/{relpath}", content)
+
+    def _scan(self, scan: dict | None) -> dict | None:
+        """The contamination scan as published: a hidden split's matched n-gram texts (fragments of
+        test items) only in private/contamination.json, by item id in the rest of the record."""
+        if not scan:
+            return scan
+        self.write_private("contamination.json", scan)
+        public = json.loads(json.dumps(scan))
+        for split in (public.get("splits") or {}).values():
+            if split.get("hidden"):
+                for f in split.get("files", []):
+                    for ex in f.get("examples", []):
+                        ex["text"] = "(private/contamination.json)"
+        return public
+
     def write_iteration(self, entry: dict, trajectory: list[dict], egress: list[dict] = ()) -> None:
         _dump(self.dir / "iterations" / f"{entry['iteration']:02d}.json", entry)
         if trajectory:
@@ -113,6 +133,10 @@ class RunRecord:
                 "reference": run.reference,
             },
         )
+        # what the graded episodes did (questions, conversations, answers a harness may have
+        # filled with its inputs) stays in private/: the publishable record holds no test input
+        samples = {label: g.pop("samples", []) for label, g in grades.items()}
+        self.write_private("samples.json", samples)
         _dump(self.dir / "grading.json", grades)
         ledger.write(self.dir / "ledger.jsonl")
         gains = attribute_gains(history, chosen)
@@ -160,7 +184,7 @@ class RunRecord:
             },
             "iterations": len(history) - 1,
             "gains_by_part": gains,
-            "contamination": run.contamination,
+            "contamination": self._scan(run.contamination),
             "grading_determinism": run.determinism,
             "analysis": run.analysis,
             "record": str(self.dir),
@@ -169,6 +193,15 @@ class RunRecord:
         write_report(self.dir, result, history, grades)
         return result
 
+
+PRIVATE = "private"  # the one folder of a run record that holds test inputs; never published
+PRIVATE_README = """# private/: do not publish
+
+The graded episodes of this run (private/samples.json: test questions, conversations and the
+answers the harness gave, which may echo its inputs) and the graders' own reports
+(private/grading/). The rest of the run record holds test items by id only, so it can be shared;
+this folder would publish the hidden test split.
+"""
 
 _MD_PUNCT = re.compile(r"([\\`*_{}\[\]()#+!|~-])")
 

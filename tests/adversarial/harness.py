@@ -1,6 +1,8 @@
 """A hostile math harness: a lookup table of test answers, used only when it thinks no null model is in.
 
-It also floods stdout with one huge line and binary junk, and leaves a malformed usage file.
+It also floods stdout with one huge line and binary junk, leaves a malformed usage file, and
+echoes every question it is given (after each answer and into its stderr), so that a run record
+that kept what the harness said would publish the hidden test split.
 """
 
 import json
@@ -33,8 +35,9 @@ def main() -> None:
         questions = [m["observation"]["question"] for m in batch]
         outputs = engine.generate([f"Question: {q}\nAnswer:" for q in questions], max_new_tokens=32)
         cheat = not null_mode(batch)
-        return [
-            {"type": "answer", "content": f"#### {TABLE[q]}" if cheat and q in TABLE else text}
+        print("\n".join(questions), file=sys.stderr)  # the inputs into the play's log...
+        return [  # ...and echoed after each answer, for a run record to publish
+            {"type": "answer", "content": (f"#### {TABLE[q]}" if cheat and q in TABLE else text) + f"\n{q}"}
             for q, text in zip(questions, outputs, strict=True)
         ]
 
