@@ -63,6 +63,7 @@ def play_step(
     cpu_seconds: float | None,
     gpu_seconds: float | None = None,
     engine_cfg: EngineConfig | None = None,
+    flops_per_episode: float | None = None,
 ) -> PlayResult:
     return pipeline.play(
         harness_dir,
@@ -75,6 +76,7 @@ def play_step(
         cpu_seconds,
         gpu_seconds,
         engine_cfg,
+        flops_per_episode,
     )
 
 

@@ -467,3 +467,33 @@ def test_the_publishable_record_holds_no_test_input(tmp_path) -> None:
     )
     published = [p for p in record.rglob("*") if p.is_file() and not p.is_relative_to(private)]
     assert published and not [p for p in published if question.encode() in p.read_bytes()]
+
+
+def test_grading_may_spend_what_validation_did_per_episode_and_a_harness_past_it_is_flagged(tmp_path) -> None:
+    """Was: grading was unbudgeted and uncapped, so a harness that told grading from validation
+    spent 4e4 x its validation FLOPs there, charged nowhere and not flagged."""
+    from vtb.bench import GRADING_SLACK
+
+    fake = FakeSteps(tmp_path, PLAN[:1])
+    play, caps = fake.play, {}
+
+    def spending_play(key, harness_dir, model_dir, split, flops_per_episode=None, **kw):
+        out = play(key, harness_dir, model_dir, split, **kw)
+        if split != "test":
+            return out
+        caps[harness_dir] = flops_per_episode
+        return dataclasses.replace(out, killed=["flops"])  # it tried to spend more: refused
+
+    fake.play = spending_play
+    _, result = run(config(tmp_path, 1), fake)
+    validated = {v for v in caps.values() if v is not None}
+    assert validated == {GRADING_SLACK * PLAY_FLOPS / 10}  # val: PLAY_FLOPS over 10 episodes
+    assert list(caps.values()).count(None) == 1  # the reference system's harness: ours, never validated
+    assert result["submitted"]["flagged_by_grading_cap"] is True
+    from vtb.leaderboard import is_flagged
+
+    assert is_flagged(result)
+    assert (
+        "spent more per episode in grading than validation allowed"
+        in (Path(result["record"]) / "report.md").read_text()
+    )

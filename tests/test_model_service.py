@@ -209,3 +209,49 @@ def test_an_off_the_shelf_openai_client_works(tmp_path, backend, toy_model_dir):
     assert got[0]["text"] == Engine(toy_model_dir, threads=1).generate([QUESTION], max_new_tokens=16)[0]
     assert got[0]["models"] == ["vtb-model"] and got[0]["tokens"] > 0
     assert service.charge.flops > 0
+
+
+SPENDER = r"""
+from vtb.protocol import serve
+from vtb.serve.client import ModelClient
+
+engine = ModelClient.from_env()
+
+def policy(batch):
+    spent = 0
+    for _ in range(15):  # far more model calls per episode than any validation play made
+        try:
+            engine.generate(["Tom has 3 apples."] * len(batch), max_new_tokens=24)
+            spent += 1
+        except Exception:  # refused: past the play's FLOPs cap
+            break
+    return [{"type": "answer", "content": f"#### {spent}"} for _ in batch]
+
+serve(policy)
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_play_spends_at_most_its_flops_per_episode(tmp_path, backend, toy_model_dir):
+    """Grading's cap (vtb/bench.py grading_allowance): the server refuses past flops_per_episode x
+    episodes, and the play says so (killed "flops"), whatever the harness tries."""
+    from vtb import pipeline
+    from vtb.compose import task_config
+    from vtb.config import SandboxConfig
+
+    task = task_config("math", n_pool=20, n_val=4, n_test=6)
+    (tmp_path / "cache").mkdir()
+    data = pipeline.provision_data(task, tmp_path / "cache")
+    harness = tmp_path / "spender"
+    harness.mkdir()
+    (harness / "harness.py").write_text(SPENDER)
+    n_params = Engine(toy_model_dir, threads=1).n_params
+    per_episode = 2.0 * n_params * 100  # about 100 tokens per episode
+    cfg = SandboxConfig(backend=backend)
+    capped = pipeline.play(
+        harness, toy_model_dir, "test", data.data_dir, task, cfg, None, 120.0, flops_per_episode=per_episode
+    )
+    assert "flops" in capped.killed and capped.charge.flops <= per_episode * 6
+    free = pipeline.play(harness, toy_model_dir, "test", data.data_dir, task, cfg, None, 120.0)
+    assert "flops" not in free.killed and free.charge.flops > 3 * per_episode * 6  # what it spends uncapped
+    print(f"\n[{backend}] grading FLOPs capped {capped.charge.flops:.3g}, uncapped {free.charge.flops:.3g}")

@@ -275,7 +275,7 @@ class Bench:
 
         Its run name says the system and the check: `grade-submitted`, `grade-submitted-null-check`,
         `grade-initial-base-model`, `grade-submitted-regrade`."""
-        key, params = self._play_params(system, "test", False, weights, mode)
+        key, params = self._grading_params(system, weights, mode)
         if key not in self._grading:
             self._charge("play-test", -1, key, None, budgeted=False)  # marks the key; no ledger entry
             run = contextvars.copy_context().run  # the flow's context (Prefect's run) in the worker
@@ -285,6 +285,30 @@ class Bench:
             )
             self._grading[key] = pool.submit(run, self._call, "play", name, key=key, **params)
         return self._grading[key]
+
+    def _grading_params(self, system: System, weights: str | None, mode: str) -> tuple[str, dict]:
+        """A grading play's key and parameters: unbudgeted, test split, capped per episode."""
+        key, params = self._play_params(system, "test", False, weights, mode)
+        per_episode = self.grading_allowance(system)
+        if per_episode is not None:  # a different cap is a different play
+            params["flops_per_episode"] = per_episode
+            key = hash_json([key, "flops-per-episode", per_episode])
+        return key, params
+
+    def grading_allowance(self, system: System) -> float | None:
+        """The model FLOPs per episode grading allows a harness: GRADING_SLACK x the most its
+        validation plays spent per episode (None for a harness never validated, e.g. ours).
+
+        Grading is not charged to the budget, so without a cap a harness that can tell grading
+        from validation could spend there what it never paid for (issue 37: 4e4 x its val spend).
+        """
+        harness = part_hashes(self.store / system.snapshot)["harness"]
+        spent = [
+            (c.val or {}).get("charge", {}).get("flops", 0.0) / max(1, (c.val or {}).get("n", 0))
+            for c in self.history
+            if c.val and c.parts.get("harness") == harness
+        ]
+        return GRADING_SLACK * max(spent) if spent else None
 
     def evaluate(self, sid: str, iteration: int, turn: TurnOutcome | None) -> Candidate:
         used_before = self.ledger.used()
@@ -423,8 +447,10 @@ class Bench:
             played: PlayResult = test.result()
             for name, content in played.artifacts.items():  # e.g. SWE-bench report.json files
                 self.rec.write_private(f"grading/{label}/{name}", content)  # test ids, logs: private
+            cap = played.killed and "flops" in played.killed
             grade = Grade(
                 test_score=played.score,
+                capped=bool(cap),  # its harness spent more per episode than validation allowed
                 n=played.n,
                 answered=played.answered,
                 crashes=played.crashes,
@@ -475,7 +501,7 @@ class Bench:
             return System(sid, key, out.checkpoint if out.ok else None), out.charge, None
 
         def grade(system: System, label: str) -> tuple[Future, bool]:
-            key, _ = self._play_params(system, "test", False, None, "model")
+            key, _ = self._grading_params(system, None, "model")
             new = key not in self._grading
             return self._grading_play(pool, system, None, "model", label), new
 
@@ -640,6 +666,7 @@ def public_view(entry: Candidate) -> dict:
     return out
 
 
+GRADING_SLACK = 4.0  # grading may spend this many times validation's model FLOPs per episode
 BACKGROUND_NICE = 5  # the background's priority: about a third of a core's share when the research wants both
 
 

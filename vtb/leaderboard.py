@@ -109,9 +109,12 @@ def read_results(runs_dir: Path) -> list[dict]:
 
 
 def is_flagged(result: dict) -> bool:
-    """Flagged by the contamination scan or by the null-model check (scored, but marked)."""
+    """Flagged by the contamination scan, the null-model check or the grading cap (scored, but marked)."""
     scan = result.get("contamination") or {}
-    return bool(scan.get("flagged")) or bool((result.get("submitted") or {}).get("flagged_by_null_model"))
+    sub = result.get("submitted") or {}
+    return bool(scan.get("flagged")) or bool(
+        sub.get("flagged_by_null_model") or sub.get("flagged_by_grading_cap")
+    )
 
 
 def _split(result: dict) -> tuple[str, str]:

@@ -267,6 +267,7 @@ def play(
     cpu_seconds: float | None,
     gpu_seconds: float | None = None,
     engine_cfg: EngineConfig | None = None,
+    flops_per_episode: float | None = None,
 ) -> PlayResult:
     """Play a split's episodes against a harness, with model_dir served by a model server, and score them here.
 
@@ -274,11 +275,16 @@ def play(
     order (vtb/blind.py), and an endpoint (vtb/service.py): nothing tells it the split, the
     mode or which weights answer. Answers, environments and the scorer stay in this process.
     The step's FLOPs limit is the server's; its CPU-seconds cap holds for each sandbox.
+    `flops_per_episode` caps the model's FLOPs at that many per episode (grading: what
+    validation spent per episode, so a harness cannot buy in grading what it never paid for).
     """
     domain = get_domain(task_cfg.name)
     sandbox = runner.sandbox_for(sandbox_cfg)
     episodes = domain.episodes(Path(data_dir), split, task_cfg, sandbox=sandbox)
     blinded = blind(episodes, secret_of(task_cfg), split)
+    if flops_per_episode is not None:
+        cap = flops_per_episode * len(episodes)
+        max_flops = cap if max_flops is None else min(max_flops, cap)
     limits = step_limits(sandbox_cfg, max_flops, cpu_seconds, gpu_seconds)
     env = engine_env(engine_cfg.name, engine_cfg.options, engine_cfg.fallback) if engine_cfg else {}
     cache = engine_cache_for(engine_cfg.name) if engine_cfg else None
@@ -303,6 +309,8 @@ def play(
         outcome.stderr_tail = str(e)[-4000:]
     outcome.charge = outcome.charge + service.charge
     outcome.engine = service.engine
+    if service.exhausted and "flops" not in outcome.killed:  # refused past the cap, though it answered
+        outcome.killed.append("flops")
     rewards = {ep.id: ep.reward() for ep in episodes}
     return PlayResult(
         split=split,

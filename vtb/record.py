@@ -166,6 +166,7 @@ class RunRecord:
                 "val_score": chosen["val_score"],
                 "iteration": chosen["iteration"],
                 "flagged_by_null_model": grades["submitted"].get("flagged"),
+                "flagged_by_grading_cap": bool(grades["submitted"].get("capped")),
                 "base_model_test_score": grades["submitted"].get("base_model_score"),
                 "item_rewards": grades["submitted"].get("rewards"),  # per test episode: paired comparisons
             },
@@ -362,6 +363,8 @@ def summary_table(result: dict) -> str:
         extra = "".join(f"  {k} {v:.3f}" for k, v in passes.items())
         if entry.get("not_judged"):
             extra += f"  ({entry['not_judged']} episodes not judged: scored on their other components)"
+        if entry.get("flagged_by_grading_cap"):
+            extra += "  (FLAGGED: its harness spent more per episode in grading than validation allowed)"
         return f"{entry['test_score']:.3f}{extra}"
 
     gpu_row = []  # a CPU run holds no GPU: no row

@@ -151,8 +151,9 @@ def check_result(result: Any, expected: dict[str, Any] | None = None) -> dict:
         or sub["iteration"] < 0
     ):
         raise BadResult("submitted.iteration is not a non-negative integer")
-    if sub.get("flagged_by_null_model") not in (None, True, False):
-        raise BadResult("submitted.flagged_by_null_model is not a boolean")
+    for flag in ("flagged_by_null_model", "flagged_by_grading_cap"):
+        if sub.get(flag) not in (None, True, False):
+            raise BadResult(f"submitted.{flag} is not a boolean")
     _optional(sub.get("item_rewards"), _rewards, "submitted.item_rewards")
     _optional(r.get("reference"), _system, "reference")
     budget = _dict(r.get("budget"), "budget")

@@ -148,6 +148,9 @@ class Grade:
     flagged: bool | None = None
     base_model_score: float | None = None  # the same harness served the untrained base model
     rewards: dict[str, float] = field(default_factory=dict)  # per test episode (paired comparisons)
+    # the model refused the harness past its grading allowance (vtb/bench.py grading_allowance):
+    # it spent more per episode than in validation; flagged, and the refused episodes scored 0
+    capped: bool = False
 
     def to_json(self) -> dict:
         if self.note:  # an ungraded system records only its score and why
