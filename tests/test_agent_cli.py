@@ -355,3 +355,66 @@ def test_home_files_must_stay_inside_home(rel) -> None:
     with pytest.raises(ValueError, match="must be a path inside HOME"):
         home_path(rel)
     assert home_path(".gemini/settings.json") == Path(".gemini/settings.json")
+
+
+def test_a_flood_of_half_sent_requests_costs_the_orchestrator_a_bounded_number_of_threads(
+    tmp_path, web, monkeypatch
+) -> None:
+    """Was: one orchestrator thread per connection, no header timeout, no cap: 3000 half-sent
+    requests made 3011 threads in 2 s and left no log entry."""
+    import threading
+    import time
+
+    from vtb.sandbox import egress
+
+    monkeypatch.setattr(egress, "HEADER_TIMEOUT_S", 1.0)
+    allowed_srv, _ = web
+    before = threading.active_count()
+    with EgressProxy([f"127.0.0.1:{allowed_srv.server_address[1]}"], tmp_path / "eg") as proxy:
+        held = []
+        for _ in range(300):
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(str(proxy.path))
+            s.sendall(b"GET http://127.0.0.1/ HTTP/1.1\r\nHost: 127")  # never finished
+            held.append(s)
+        peak = threading.active_count() - before
+        time.sleep(2.5)  # past the header timeout
+        for s in held:
+            s.close()
+        statuses = [e["status"] for e in proxy.log]
+    assert peak <= egress.MAX_CONNECTIONS + 2, peak
+    assert statuses.count("header-timeout") == egress.MAX_CONNECTIONS  # the held ones, closed in time
+    assert statuses.count("too-many-connections") == 300 - egress.MAX_CONNECTIONS  # each refused, logged
+    print(f"\n300 half-sent requests: {peak} proxy threads at the peak (was one per connection)")
+
+
+def test_pipelined_and_malformed_requests_are_logged_and_never_forwarded(tmp_path, web) -> None:
+    """Was: a second request pipelined behind the first went upstream unlogged (and unchecked), and
+    a `Host :` header (space before the colon) passed."""
+    allowed_srv, other = web
+    a_port, o_port = allowed_srv.server_address[1], other.server_address[1]
+    with EgressProxy([f"127.0.0.1:{a_port}"], tmp_path / "eg") as proxy:
+        pipelined = (
+            f"GET /first HTTP/1.1\r\nHost: 127.0.0.1:{a_port}\r\n\r\n"
+            f"GET /second HTTP/1.1\r\nHost: 127.0.0.1:{a_port}\r\n\r\n"
+        )
+        assert _ask(proxy.path, pipelined.encode()).endswith(b"hello /first")
+        body = b'{"a": 1}'
+        post = (
+            f"GET /post HTTP/1.1\r\nHost: 127.0.0.1:{a_port}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        )
+        _ask(proxy.path, post + body + f"GET /smuggled HTTP/1.1\r\nHost: 127.0.0.1:{o_port}\r\n\r\n".encode())
+        spaced = f"GET /spaced HTTP/1.1\r\nHost : 127.0.0.1:{o_port}\r\nHost: 127.0.0.1:{a_port}\r\n\r\n"
+        assert _ask(proxy.path, spaced.encode()).startswith(b"HTTP/1.1 400")
+        folded = f"GET /folded HTTP/1.1\r\nHost: 127.0.0.1:{a_port}\r\n x: y\r\n\r\n"
+        assert _ask(proxy.path, folded.encode()).startswith(b"HTTP/1.1 400")
+    assert allowed_srv.hits == ["/first", "/post"] and other.hits == []
+    log = [(e["method"], e["status"]) for e in proxy.log]
+    assert log == [
+        ("GET", "done"),
+        ("GET /second HTTP/1.1", "pipelined-refused"),
+        ("GET", "done"),  # its body forwarded, the request smuggled behind it not
+        ("GET /smuggled HTTP/1.1", "pipelined-refused"),
+        ("GET /spaced HTTP/1.1", "bad-request"),
+        ("GET /folded HTTP/1.1", "bad-request"),
+    ]

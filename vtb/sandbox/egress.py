@@ -14,8 +14,10 @@ origin-form requests whose `Host` header names the target (what a client sends t
 port, below). What it logs, one entry each: time, method, host, port, allowed or refused,
 bytes each way, and
 
-- for plain HTTP, one entry per request: the proxy answers each with `Connection: close`, so
-  a client's next request comes on a new connection and is checked and logged on its own;
+- for plain HTTP, one entry per request: the proxy forwards exactly one request per connection
+  (its body sized by Content-Length) with `Connection: close`, so a client's next request comes
+  on a new connection and is checked and logged on its own; bytes sent after that request (a
+  pipelined one) are never forwarded, and logged as `pipelined-refused`;
 - for a CONNECT tunnel, one entry per tunnel: the requests inside are encrypted, so how many
   there were is unknown (`requests: null`), only the bytes are counted.
 
@@ -24,6 +26,11 @@ not reachable inside, where 127.0.0.1 is the sandbox's own. For each such port (
 the bridge also listens on the sandbox's 127.0.0.1:<port> and sends what arrives to the proxy,
 which checks the `Host` header against the allowlist like any other request: a client that
 skips proxies for loopback addresses (many do) still reaches it, through the same door.
+
+Whatever a sandbox sends, the proxy's cost is bounded: at most MAX_CONNECTIONS open connections
+(one thread each; more are refused with 503 in the accepting thread, and logged), a request head
+must arrive within HEADER_TIMEOUT_S (else 408, logged), a connection idles out after
+IDLE_TIMEOUT_S, and a head with a malformed header line (`Host : x`, a folded line) is refused.
 
 The bridge also runs the agent's command and relays its stdout and stderr as tagged lines
 ("1 ..." / "2 ..."), so the orchestrator can timestamp both streams as they arrive.
@@ -49,7 +56,10 @@ BRIDGE_PORT = 3128  # where the agent finds its proxy inside the sandbox
 SOCKET_DIR = "/egress"  # the orchestrator's socket dir, mounted here
 SOCKET_NAME = "proxy.sock"
 IDLE_TIMEOUT_S = 300.0
+HEADER_TIMEOUT_S = 10.0  # a request's head must arrive within this, or the connection is closed
+MAX_CONNECTIONS = 32  # open connections per proxy (one proxy per sandbox); past it: 503 at accept
 MAX_HEADER_BYTES = 64 << 10
+HEADER_LINE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+:[^\r\n]*")  # RFC 9110 field: no space before ':'
 MAX_LOGGED_PATH = 200  # characters of a plain request's path kept in its log entry
 DEFAULT_PORTS = (443, 80)  # an allowlist entry without a port allows these
 
@@ -132,6 +142,7 @@ class EgressProxy:
     allow: list[str]
     dir: Path
     connect_timeout_s: float = 10.0
+    max_connections: int = MAX_CONNECTIONS
     log: list[dict] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -142,10 +153,25 @@ class EgressProxy:
 
         class Handler(socketserver.BaseRequestHandler):
             def handle(self) -> None:
-                proxy._handle(self.request)
+                try:
+                    proxy._handle(self.request)
+                finally:
+                    proxy._slots.release()
 
-        self._server = socketserver.ThreadingUnixStreamServer(str(self.path), Handler)
-        self._server.daemon_threads = True
+        class Server(socketserver.ThreadingUnixStreamServer):
+            daemon_threads = True
+
+            def process_request(self, request, client_address) -> None:
+                # Decided in the accepting thread, before any thread is made for it: a flood of
+                # connections costs the orchestrator MAX_CONNECTIONS threads at most.
+                if not proxy._slots.acquire(blocking=False):
+                    proxy._refuse_busy(request)
+                    self.shutdown_request(request)
+                    return
+                super().process_request(request, client_address)
+
+        self._slots = threading.BoundedSemaphore(self.max_connections)
+        self._server = Server(str(self.path), Handler)
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._server.serve_forever, name="vtb-egress", daemon=True)
         self._thread.start()
@@ -167,12 +193,67 @@ class EgressProxy:
             self.log.append(entry)
         return entry
 
+    def _refuse_busy(self, client: socket.socket) -> None:
+        self._bad(
+            client,
+            time.time(),
+            "(not read)",
+            "too-many-connections",
+            503,
+            f"the egress proxy holds {self.max_connections} connections of this sandbox at most",
+        )
+
+    def _bad(
+        self, client: socket.socket, started: float, first: str, status: str, code: int, text: str
+    ) -> None:
+        """Log a request refused before it was understood, and answer it."""
+        self._record(
+            time=started,
+            method=first[:60],
+            host=None,
+            port=None,
+            path=None,
+            requests=None,
+            allowed=False,
+            status=status,
+            bytes_up=0,
+            bytes_down=0,
+        )
+        try:
+            client.settimeout(1.0)
+            _reply(client, code, text)
+        except OSError:
+            pass
+
     def _handle(self, client: socket.socket) -> None:
         started = time.time()
-        got = _read_head(client)
+        client.settimeout(HEADER_TIMEOUT_S)
+        try:
+            got = _read_head(client)
+        except (TimeoutError, OSError):
+            got = "timeout"
+        if got == "timeout":
+            return self._bad(
+                client,
+                started,
+                "(head not sent in time)",
+                "header-timeout",
+                408,
+                f"the request head did not arrive within {HEADER_TIMEOUT_S:g} s",
+            )
         if got is None:
             return
+        client.settimeout(None)
         lines, rest = got
+        if not lines[0] or not all(HEADER_LINE.fullmatch(h) for h in lines[1:]):
+            return self._bad(
+                client,
+                started,
+                lines[0],
+                "bad-request",
+                400,
+                "malformed request head (a header needs a name, then ':' with no space before it)",
+            )
         try:
             method, target, version = lines[0].split(" ", 2)
             if method == "CONNECT":
@@ -192,25 +273,15 @@ class EgressProxy:
                 host, port = url.hostname, url.port or 80
                 path = (url.path or "/") + (f"?{url.query}" if url.query else "")
         except ValueError:
-            self._record(
-                time=started,
-                method=lines[0][:60],
-                host=None,
-                port=None,
-                path=None,
-                requests=None,
-                allowed=False,
-                status="bad-request",
-                bytes_up=0,
-                bytes_down=0,
-            )
-            _reply(
+            return self._bad(
                 client,
+                started,
+                lines[0],
+                "bad-request",
                 400,
                 "the egress proxy takes CONNECT host:port, an absolute http:// URL, "
                 "or a path with one Host header",
             )
-            return
         entry = {
             "time": started,
             "method": method,
@@ -230,16 +301,20 @@ class EgressProxy:
             _reply(client, 502, f"could not connect to {host}:{port}: {err}")
             return
         logged = self._record(**entry, allowed=True, status="open", bytes_up=0, bytes_down=0)
+        extra = b""
         with upstream:
             upstream.settimeout(None)
             if method == "CONNECT":
                 client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                first = self._inside_tunnel(client, upstream, rest, logged)
+                first, plain = self._inside_tunnel(client, upstream, rest, logged)
             else:
-                first = _one_request(lines, path, rest)
+                first, plain = _one_request(lines, path, rest)
             if first:
                 upstream.sendall(first)
-            up, down = _pipe(client, upstream)
+            if plain is None:  # an opaque (TLS) tunnel: both ways until it ends
+                up, down = _pipe(client, upstream)
+            else:  # exactly one plain request: its body, then only the answer flows
+                up, down, extra = _answer_only(client, upstream, *plain)
         with self._lock:  # the byte counts once the connection has ended
             logged.update(
                 status="done",
@@ -247,26 +322,45 @@ class EgressProxy:
                 bytes_down=down,
                 seconds=round(time.time() - started, 3),
             )
+        if extra.strip():  # a pipelined request after the first: logged, never forwarded
+            self._record(
+                time=time.time(),
+                method=extra.split(b"\r\n", 1)[0].decode("latin-1")[:60],
+                host=host,
+                port=port,
+                path=None,
+                requests=None,
+                allowed=False,
+                status="pipelined-refused",
+                bytes_up=0,
+                bytes_down=0,
+            )
 
     def _inside_tunnel(
         self, client: socket.socket, upstream: socket.socket, rest: bytes, logged: dict
-    ) -> bytes:
-        """The tunnel's first bytes, to send upstream. Plain HTTP inside a CONNECT (Node's proxy
-        agents tunnel http:// too) is handled like any plain request: one per tunnel, logged
-        with its method and path. Anything else (TLS) passes through unread."""
+    ) -> tuple[bytes, tuple[int, bytes] | None]:
+        """The tunnel's first bytes, to send upstream, and for plain HTTP what `_one_request`
+        says of it. Plain HTTP inside a CONNECT (Node's proxy agents tunnel http:// too) is
+        handled like any plain request: one per tunnel, logged with its method and path.
+        Anything else (TLS) passes through unread."""
         if not rest:
             ready, _, _ = select.select([client, upstream], [], [], IDLE_TIMEOUT_S)
             if client not in ready:  # the far side speaks first (or nobody does): opaque
-                return b""
+                return b"", None
             try:
                 rest = client.recv(65536)
             except OSError:
-                return b""
+                return b"", None
         if not PLAIN_REQUEST.match(rest):
-            return rest
-        got = _read_head(client, rest)
+            return rest, None
+        client.settimeout(HEADER_TIMEOUT_S)
+        try:
+            got = _read_head(client, rest)
+        except OSError:
+            got = None
+        client.settimeout(None)
         if got is None:
-            return rest
+            return rest, None
         lines, body = got
         method, path = lines[0].split(" ", 2)[:2]
         with self._lock:
@@ -288,19 +382,71 @@ def _read_head(sock: socket.socket, head: bytes = b"") -> tuple[list[str], bytes
     return header.decode("latin-1").split("\r\n"), rest
 
 
-def _one_request(lines: list[str], path: str, rest: bytes) -> bytes:
-    """The request in origin form with `Connection: close`: the next one comes on a new
-    connection, so the proxy checks and logs each request on its own."""
+def _one_request(lines: list[str], path: str, rest: bytes) -> tuple[bytes, tuple[int, bytes]]:
+    """(the request in origin form with `Connection: close` and the body bytes already read,
+    (body bytes still to come, bytes after the body)). Exactly one request per connection is
+    forwarded: the next comes on a new connection, so the proxy checks and logs each on its
+    own; bytes after the body (a pipelined request) are never sent upstream. A body must be
+    sized by Content-Length (chunked bodies are not forwarded)."""
     method, _, version = lines[0].split(" ", 2)
-    keep = [h for h in lines[1:] if not h.lower().startswith(("proxy-", "connection:"))]
-    return (
-        "\r\n".join([f"{method} {path} {version}", *keep, "Connection: close", "", ""]).encode("latin-1")
-        + rest
-    )
+    keep = [h for h in lines[1:] if not h.lower().startswith(("proxy-", "connection:", "transfer-encoding:"))]
+    sizes = [h.split(":", 1)[1].strip() for h in lines[1:] if h.lower().startswith("content-length:")]
+    length = int(sizes[0]) if len(sizes) == 1 and sizes[0].isdigit() else 0
+    head = "\r\n".join([f"{method} {path} {version}", *keep, "Connection: close", "", ""]).encode("latin-1")
+    return head + rest[:length], (max(0, length - len(rest)), rest[length:])
+
+
+def _answer_only(
+    client: socket.socket, upstream: socket.socket, remaining: int, extra: bytes
+) -> tuple[int, int, bytes]:
+    """The rest of one request's body up, then only the answer down; (up, down, what the client
+    sent after the request: never forwarded). Ends when the far side closes or idles out."""
+    up = down = 0
+    watched = [client, upstream]
+    while True:
+        ready, _, _ = select.select(watched, [], [], IDLE_TIMEOUT_S)
+        if not ready:
+            break
+        if upstream in ready:
+            try:
+                chunk = upstream.recv(65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            try:
+                client.sendall(chunk)
+            except OSError:
+                break
+            down += len(chunk)
+        if client in ready:
+            try:
+                chunk = client.recv(65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                if remaining:
+                    break  # the client gave up mid-body
+                watched.remove(client)  # half-closed: its answer still flows back
+                continue
+            body, chunk = chunk[:remaining], chunk[remaining:]
+            if body:
+                upstream.sendall(body)
+                up += len(body)
+                remaining -= len(body)
+            if chunk and len(extra) < MAX_HEADER_BYTES:
+                extra += chunk[: MAX_HEADER_BYTES - len(extra)]
+    return up, down, extra
 
 
 def _reply(sock: socket.socket, status: int, text: str) -> None:
-    reason = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway"}[status]
+    reason = {
+        400: "Bad Request",
+        403: "Forbidden",
+        408: "Request Timeout",
+        502: "Bad Gateway",
+        503: "Service Unavailable",
+    }[status]
     body = (text + "\n").encode()
     head = f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\n"
     try:
