@@ -127,6 +127,29 @@ def test_caps_count_apparent_size_and_entries(tmp_path) -> None:
         safefs.copy_tree(src, tmp_path / "dst", safefs.Caps.of(None, 3))
 
 
+def test_copies_keep_holes_and_dense_trees_refuse_them(tmp_path) -> None:
+    """A hole costs nothing inside a sandbox: a copy keeps it a hole, and a tree whose files host
+    code rewrites in full (a checkpoint, for its null model) refuses it instead of expanding it."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "dense.bin").write_bytes(b"\1" * 8192)
+    with open(src / "holey.bin", "wb") as f:
+        f.write(b"\1" * 4096)
+        f.seek(64 * MB)
+        f.write(b"\1" * 4096)  # a hole inside, data at both ends
+    safefs.copy_tree(src, tmp_path / "copy")
+    got = tmp_path / "copy" / "holey.bin"
+    assert got.read_bytes() == (src / "holey.bin").read_bytes()
+    assert got.stat().st_blocks * 512 < MB  # the hole stays a hole
+    with pytest.raises(
+        safefs.Rejected, match=r"holey.bin is a sparse file \(64.0 MB apparent, a hole at byte 4096\)"
+    ):
+        safefs.copy_tree(src, tmp_path / "dense", dense=True)
+    assert not (tmp_path / "dense").exists()
+    (src / "holey.bin").unlink()
+    safefs.copy_tree(src, tmp_path / "dense", dense=True)  # files written in full are taken
+
+
 def test_bounded_reads_never_hang_or_follow(tmp_path, hidden) -> None:
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "link").symlink_to(hidden)

@@ -180,7 +180,9 @@ def model_file(name: str) -> bool:
 
 def _take_checkpoint(produced: Path, dest: Path, caps: safefs.Caps) -> tuple[str | None, list[dict]]:
     """Copy a produced checkpoint into dest (model files only, regular, within caps): (why it was
-    refused, dropped). Sparse files stay sparse (safefs copies data extents only).
+    refused, dropped). A file with a hole is refused: the null model (vtb/blind.py) rewrites
+    every weight byte, which would expand it on the host (a 3 GB sparse shard costs one block
+    inside).
 
     Runs after the trainer's sandbox is gone, so the lstat checks of the path cannot be raced.
     """
@@ -189,7 +191,7 @@ def _take_checkpoint(produced: Path, dest: Path, caps: safefs.Caps) -> tuple[str
     tmp = dest.with_name(dest.name + ".tmp")
     safefs.remove(tmp)
     try:
-        dropped = safefs.copy_tree(produced, tmp, caps, keep=model_file)
+        dropped = safefs.copy_tree(produced, tmp, caps, keep=model_file, dense=True)
     except OSError as e:  # Rejected past the caps, or an unreadable file
         return f"checkpoint rejected: {e}", []
     if not safefs.is_regular(tmp / "config.json"):

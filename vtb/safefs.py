@@ -207,6 +207,7 @@ def copy_tree(
     skip: Callable[[str], bool] | None = None,
     link: bool = False,
     keep: Callable[[str], bool] | None = None,
+    dense: bool = False,
 ) -> list[dict]:
     """Copy the regular files and directories of src to dst (which must not exist); the dropped rest.
 
@@ -215,6 +216,8 @@ def copy_tree(
     caps). Past caps it raises Rejected and leaves no dst. link=True hard-links files instead of copying
     them (for host-written trees only, such as the checkpoint cache), copying where it cannot.
     A src that is not a real directory gives an empty dst (a link in its place is reported).
+    dense=True refuses (Rejected) a file with a hole: for trees whose files host code later
+    rewrites in full (a checkpoint's null model), where a hole would be expanded on the host.
     """
     dst = Path(dst)
     dst.mkdir(parents=True)
@@ -253,6 +256,12 @@ def copy_tree(
                         f"{src.name}/ is over {caps.max_bytes / MB:.0f} MB (apparent size, sparse files "
                         f"count in full; {e.rel} is {st.st_size / MB:.1f} MB)"
                     )
+                if dense and (hole := _first_hole(fd, st.st_size)) is not None:
+                    raise Rejected(
+                        f"{e.rel} is a sparse file ({st.st_size / MB:.1f} MB apparent, a hole at byte "
+                        f"{hole}): model files are written in full (safetensors, JSON and tokenizer "
+                        "writers never leave holes); write it with its bytes, not a seek or truncate"
+                    )
                 if link and _link_fd(fd, e.name, e.dir_fd, target):
                     continue
                 out = os.open(
@@ -270,6 +279,18 @@ def copy_tree(
         shutil.rmtree(dst, ignore_errors=True)
         raise
     return dropped
+
+
+def _first_hole(fd: int, size: int) -> int | None:
+    """Where fd's first hole starts, or None if it has none before its end (or the file system
+    cannot say). The implicit hole at EOF does not count."""
+    try:
+        hole = os.lseek(fd, 0, os.SEEK_HOLE)
+    except OSError:
+        return None
+    finally:
+        os.lseek(fd, 0, os.SEEK_SET)
+    return hole if hole < size else None
 
 
 def _link_fd(fd: int, name: str, dir_fd: int, target: Path) -> bool:
