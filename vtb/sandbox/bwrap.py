@@ -102,6 +102,30 @@ def preflight(bwrap: str) -> bool:
     raise RuntimeError(f"bubblewrap ({exe}) cannot create namespaces ({errors[-1]}); {USERNS_HINT}")
 
 
+# The mount namespace bwrap is started in: a private copy of the host's. bwrap makes its own
+# mounts slaves of the namespace it starts in, so a host mount in a shared peer group (docker's
+# root, a systemd host, someone's `mount --make-shared`) would show in /proc/self/mountinfo as
+# "master:<host peer group id>", host state that changes between plays. Private: no such field,
+# and no host mount made later propagates in. Needs CAP_SYS_ADMIN (root); without it, skipped.
+PRIVATE_MOUNTS = ("--mount", "--propagation", "private")
+
+
+@functools.cache
+def private_mounts(unshare: str = "unshare") -> list[str]:
+    """The prefix that starts bwrap in a private mount namespace (unshare execs it: same pid), or []."""
+    exe = shutil.which(unshare)
+    if exe is None:
+        return []
+    try:
+        done = subprocess.run([exe, *PRIVATE_MOUNTS, "true"], capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if done.returncode != 0:
+        log.info("sandbox mounts keep the host's propagation (unshare --mount needs root): %s", done.stderr)
+        return []
+    return [exe, *PRIVATE_MOUNTS]
+
+
 def check_mount(m: Mount) -> None:
     """Reject mounts that would replace the root, hide the sandbox's own dirs or point nowhere."""
     t = m.target
@@ -288,7 +312,11 @@ class BwrapSandbox:
         try:
             tmp_mb = self.tmpfs_mb(limits.memory_mb, memory is not None)
             rlimit_mb = limits.memory_mb if self.gpus is None else None
-            cmd = launcher(cgroup, rlimit_mb, pids, memory) + self.command(argv, mounts, cwd, out_dir, tmp_mb)
+            cmd = [
+                *launcher(cgroup, rlimit_mb, pids, memory),
+                *private_mounts(),
+                *self.command(argv, mounts, cwd, out_dir, tmp_mb),
+            ]
             rfd, wfd = os.pipe()
             try:
                 started = time.monotonic()

@@ -312,10 +312,14 @@ class DockerSandbox:
 
     def host_config(self, mounts: list[Mount], limits: Limits, out_dir: Path, parent: str) -> dict:
         types = self._docker.types
-        binds = [types.Mount(m.target, str(m.source), type="bind", read_only=not m.writable) for m in mounts]
-        binds.append(types.Mount(os.path.dirname(USAGE_FILE), str(out_dir), type="bind", read_only=False))
+
+        def bind(target: str, source: str, read_only: bool):
+            return types.Mount(target, source, type="bind", read_only=read_only, propagation="rprivate")
+
+        binds = [bind(m.target, str(m.source), not m.writable) for m in mounts]
+        binds.append(bind(os.path.dirname(USAGE_FILE), str(out_dir), False))
         files, dirs = masked_paths(mounts)
-        binds += [types.Mount(f, "/dev/null", type="bind", read_only=True) for f in files]
+        binds += [bind(f, "/dev/null", True) for f in files]
         # Within the memory cap: the cgroup counts tmpfs pages anyway; the size only makes a write
         # past it fail (ENOSPC) rather than kill the container.
         size = f"size={min(self.tmp_mb, limits.memory_mb) if limits.memory_mb else self.tmp_mb}m"
