@@ -44,7 +44,7 @@ with open(out + "/model-extra.safetensors", "wb") as f:  # {BYTES} bytes apparen
 """
 
 HOST = """
-import json, os, resource, sys
+import json, os, sys
 from pathlib import Path
 from vtb import runner
 from vtb.blind import null_model
@@ -61,8 +61,10 @@ if outcome.ok:
     null = null_model(out / "checkpoint", cache, b"k" * 32)
     for root in (out / "checkpoint", null):
         blocks[str(root)] = sum(p.stat().st_blocks * 512 for p in root.rglob("*") if p.is_file())
+# VmHWM: this process's peak RSS since its exec (ru_maxrss would carry pytest's over the exec)
+hwm_kb = next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmHWM"))
 print(json.dumps({"ok": outcome.ok, "summary": outcome.summary, "blocks": blocks, "cap": caps.max_bytes,
-                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "rss_mb": hwm_kb / 1024,
                   "unpickled": os.path.exists(sys.argv[6])}))
 """
 

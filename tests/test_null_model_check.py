@@ -350,3 +350,54 @@ def test_episode_messages_carry_no_split_tells(tmp_path):
     assert "test" not in json.dumps(swe.message(fresh=True)["observation"])
     term = TerminalEpisode({"id": "t", "instruction": "x"}, 2, sandbox=None, scratch=tmp_path, max_steps=3)
     assert "trial" not in term.message(fresh=True)["observation"]
+
+
+def _safetensors(path: Path, header: bytes, data: bytes) -> None:
+    path.write_bytes(len(header).to_bytes(8, "little") + header + data)
+
+
+def test_hostile_safetensors_headers_are_left_alone_at_no_cost(tmp_path):
+    """The null model parses agent-written headers in the orchestrator. Was: a deeply nested one
+    raised RecursionError out of grading; a 75 MB one (the format allows 100 MB) took it to
+    708 MB RSS for a 16 KB model; tensors overlapping the whole data were each shuffled again
+    (CPU without bound). Now those files are left as they are (the engines refuse them, or the
+    null model keeps their weights and the check flags what they score)."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from vtb.blind import MAX_HEADER, _shuffle_safetensors
+
+    data = bytes(range(256)) * 16
+    whole = b'"dtype": "U8", "shape": [4096], "data_offsets": [0, 4096]'
+    cases = {
+        "deep": b"[" * 100_000,
+        "overlap": b"{" + b",".join(b'"t%d": {%s}' % (i, whole) for i in range(3)) + b"}",
+        "gap": b'{"t": {"dtype": "U8", "shape": [10], "data_offsets": [0, 10]}}',
+        "huge": b'{"t": {%s}, "__metadata__": {"x": "%s"}}' % (whole, b"y" * MAX_HEADER),
+    }
+    for name, header in cases.items():
+        _safetensors(tmp_path / f"{name}.safetensors", header, data)
+        _shuffle_safetensors(tmp_path / f"{name}.safetensors", np.random.default_rng(0))
+        assert (tmp_path / f"{name}.safetensors").read_bytes().endswith(data), name
+    _safetensors(tmp_path / "ok.safetensors", b"{" + whole.join((b'"t": {', b"}")) + b"}", data)
+    _shuffle_safetensors(tmp_path / "ok.safetensors", np.random.default_rng(0))
+    assert not (tmp_path / "ok.safetensors").read_bytes().endswith(data)  # a valid one is shuffled
+
+    wide = tmp_path / "wide.safetensors"
+    with open(wide, "wb") as f:  # 20 MB of tiny entries, written in pieces
+        entries = [b'"%09d": [0, 1, 2, 3, 4, 5, 6, 7]' % i for i in range(20 << 15)]
+        header = b"{" + b",".join(entries) + b"}"
+        f.write(len(header).to_bytes(8, "little") + header + data)
+    del entries, header
+    probe = (
+        "import sys, numpy as np; from pathlib import Path; from vtb.blind import _shuffle_safetensors;"
+        "_shuffle_safetensors(Path(sys.argv[1]), np.random.default_rng(0));"
+        "print([int(x.split()[1]) // 1024 for x in open('/proc/self/status') if x.startswith('VmHWM')][0])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(wide)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout) < 100, done.stdout  # MB: python and numpy; the header is not parsed

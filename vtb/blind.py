@@ -99,7 +99,11 @@ def real_ids(blinded: list[Blind], by_opaque: dict) -> dict:
 
 # --- the null model ----------------------------------------------------------------------------
 
-MAX_HEADER = 100 << 20  # a safetensors header larger than this is not one
+# A model's safetensors header is a few KB (one short entry per tensor; a thousand-tensor shard
+# ~100 KB). Past this it is not shuffled (the engines may still load it: the null model then
+# keeps the weights and scores, so a harness relying on it is flagged); json.loads of the 100 MB
+# the format allows took the orchestrator to 1 GB RSS for a 16 KB model.
+MAX_HEADER = 4 << 20
 
 
 def null_model(checkpoint: Path, cache: Path, secret: bytes) -> Path:
@@ -165,7 +169,9 @@ _ITEMSIZE = {
 def _shuffle_safetensors(path: Path, rng) -> None:
     """Shuffle each tensor's elements in place; the header (names, dtypes, shapes, offsets) is untouched.
 
-    A file that is not valid safetensors is left as it is (the engines cannot load it either).
+    A file that is not valid safetensors (bad or oversized header, tensors that overlap or leave
+    gaps) is left as it is: the engines refuse it too. Valid tensors tile the data, so the work
+    is one pass over the file, whatever the header says.
     """
     import numpy as np
 
@@ -176,22 +182,13 @@ def _shuffle_safetensors(path: Path, rng) -> None:
             return
         try:
             header = json.loads(f.read(n))
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: a deeply nested header
             return
-    if not isinstance(header, dict):
+    spans = _tensor_spans(header, size - 8 - n)
+    if spans is None:
         return
     data = np.memmap(path, dtype=np.uint8, mode="r+", offset=8 + n, shape=(size - 8 - n,))
-    for name, info in header.items():
-        if name == "__metadata__" or not isinstance(info, dict):
-            continue
-        item = _ITEMSIZE.get(info.get("dtype"))
-        begin, end = (info.get("data_offsets") or [0, 0])[:2]
-        if (
-            not item
-            or not (isinstance(begin, int) and isinstance(end, int))
-            or not 0 <= begin <= end <= len(data)
-        ):
-            continue
+    for begin, end, item in spans:
         count = (end - begin) // item
         if count > 1:
             elems = data[begin : begin + count * item].view(np.dtype((np.void, item)))
@@ -200,6 +197,33 @@ def _shuffle_safetensors(path: Path, rng) -> None:
             rng.shuffle(elems.view(np.ndarray))
     data.flush()
     del data
+
+
+def _tensor_spans(header, data_len: int) -> list[tuple[int, int, int]] | None:
+    """(begin, end, itemsize) of each tensor in data order, or None unless they tile [0, data_len)."""
+    if not isinstance(header, dict):
+        return None
+    spans = []
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        if not isinstance(info, dict):
+            return None
+        item = _ITEMSIZE.get(info.get("dtype"))
+        offsets = info.get("data_offsets")
+        if not item or not isinstance(offsets, list) or len(offsets) != 2:
+            return None
+        begin, end = offsets
+        if not (type(begin) is int and type(end) is int and 0 <= begin <= end <= data_len):
+            return None
+        spans.append((begin, end, item))
+    spans.sort()
+    at = 0
+    for begin, end, _ in spans:
+        if begin != at:  # an overlap or a gap
+            return None
+        at = end
+    return spans if at == data_len else None
 
 
 # --- one mount path in every mode --------------------------------------------------------------
