@@ -64,6 +64,7 @@ def play_step(
     gpu_seconds: float | None = None,
     engine_cfg: EngineConfig | None = None,
     flops_per_episode: float | None = None,
+    shard: int | None = None,
 ) -> PlayResult:
     return pipeline.play(
         harness_dir,
@@ -77,6 +78,7 @@ def play_step(
         gpu_seconds,
         engine_cfg,
         flops_per_episode,
+        shard,
     )
 
 

@@ -293,7 +293,16 @@ class Bench:
         if per_episode is not None:  # a different cap is a different play
             params["flops_per_episode"] = per_episode
             key = hash_json([key, "flops-per-episode", per_episode])
+        shard = self.val_size()
+        if shard:  # val-shaped plays: a harness cannot tell grading by its episode count
+            params["shard"] = shard
+            key = hash_json([key, "shard", shard])
         return key, params
+
+    def val_size(self) -> int | None:
+        """How many episodes a validation play has (grading plays in shards of that size)."""
+        sizes = [int((c.val or {}).get("n") or 0) for c in self.history if c.val]
+        return max(sizes) if sizes and max(sizes) > 0 else None
 
     def grading_allowance(self, system: System) -> float | None:
         """The model FLOPs per episode grading allows a harness: GRADING_SLACK x the most its

@@ -268,6 +268,7 @@ def play(
     gpu_seconds: float | None = None,
     engine_cfg: EngineConfig | None = None,
     flops_per_episode: float | None = None,
+    shard: int | None = None,
 ) -> PlayResult:
     """Play a split's episodes against a harness, with model_dir served by a model server, and score them here.
 
@@ -277,40 +278,44 @@ def play(
     The step's FLOPs limit is the server's; its CPU-seconds cap holds for each sandbox.
     `flops_per_episode` caps the model's FLOPs at that many per episode (grading: what
     validation spent per episode, so a harness cannot buy in grading what it never paid for).
+
+    `shard` (grading: the validation split's size) plays the episodes in val-shaped plays: each
+    shard of exactly `shard` episodes gets its own model server and harness process, the last one
+    filled up with decoys (more episodes of the same split under other opaque ids, their rewards
+    discarded), so a harness sees in grading what it sees in a validation play: the same episode
+    count, batch sizes, a fresh server and process (issue 37: a harness spent only when its first
+    batch had the test split's size).
     """
     domain = get_domain(task_cfg.name)
     sandbox = runner.sandbox_for(sandbox_cfg)
     episodes = domain.episodes(Path(data_dir), split, task_cfg, sandbox=sandbox)
-    blinded = blind(episodes, secret_of(task_cfg), split)
-    if flops_per_episode is not None:
-        cap = flops_per_episode * len(episodes)
-        max_flops = cap if max_flops is None else min(max_flops, cap)
-    limits = step_limits(sandbox_cfg, max_flops, cpu_seconds, gpu_seconds)
+    secret = secret_of(task_cfg)
+    blinded = blind(episodes, secret, split)
+    shards = [blinded]
+    if shard is not None and shard > 0:
+        shards = [blinded[i : i + shard] for i in range(0, len(blinded), shard)]
+        short = shard - len(shards[-1])
+        if short > 0:  # decoys: fresh episodes of this split, never scored
+            spare = domain.episodes(Path(data_dir), split, task_cfg, sandbox=sandbox)
+            shards[-1] = sorted(
+                shards[-1] + blind(spare, secret, f"{split}\0decoy")[:short], key=lambda b: b.id
+            )
     env = engine_env(engine_cfg.name, engine_cfg.options, engine_cfg.fallback) if engine_cfg else {}
     cache = engine_cache_for(engine_cfg.name) if engine_cfg else None
-    service = ModelService(sandbox, Path(model_dir), limits, env=env, cache_dir=cache)
-    try:
-        with service:
-            outcome = runner.play(
-                sandbox,
-                Path(harness_dir),
-                service,
-                blinded,
-                limits=dataclasses.replace(limits, max_flops=None),
-                round_timeout_s=task_cfg.round_timeout_s,
-                per_episode_timeout_s=task_cfg.per_episode_timeout_s,
-                progress=progress.every(lambda over, n: f"  [play {split}] {over}/{n} episodes over"),
-            )
-    except ServiceError as e:  # e.g. a checkpoint in a pickle format: every episode fails, the run goes on
-        outcome = runner.EpisodeOutcome({}, Charge(), [], 0, [], [])
-        for ep in blinded:
-            ep.fail(f"model server: {str(e)[:300]}")
-            outcome.failed[ep.id] = "the model server did not start"
-        outcome.stderr_tail = str(e)[-4000:]
-    outcome.charge = outcome.charge + service.charge
-    outcome.engine = service.engine
-    if service.exhausted and "flops" not in outcome.killed:  # refused past the cap, though it answered
-        outcome.killed.append("flops")
+    outcome = runner.EpisodeOutcome({}, Charge(), [], 0, [], [])
+    for part in shards:
+        part_flops = None if max_flops is None else max(0.0, max_flops - outcome.charge.flops)
+        if flops_per_episode is not None:
+            cap = flops_per_episode * len(part)
+            part_flops = cap if part_flops is None else min(part_flops, cap)
+        limits = step_limits(sandbox_cfg, part_flops, cpu_seconds, gpu_seconds)
+        got = _play_shard(
+            sandbox, Path(harness_dir), Path(model_dir), part, limits, env, cache, task_cfg, split
+        )
+        outcome = _merge(outcome, got)
+    scored = {b.id for b in blinded}
+    outcome.actions = {k: v for k, v in outcome.actions.items() if k in scored}
+    outcome.failed = {k: v for k, v in outcome.failed.items() if k in scored}
     rewards = {ep.id: ep.reward() for ep in episodes}
     return PlayResult(
         split=split,
@@ -330,6 +335,61 @@ def play(
         stderr_tail=outcome.stderr_tail,
         engine=outcome.engine,
         artifacts=domain.artifacts(episodes) if hasattr(domain, "artifacts") else {},
+    )
+
+
+def _play_shard(
+    sandbox,
+    harness_dir: Path,
+    model_dir: Path,
+    blinded: list,
+    limits: Limits,
+    env: dict,
+    cache,
+    task_cfg,
+    split,
+) -> runner.EpisodeOutcome:
+    """One play: a fresh model server and harness process for these (blinded) episodes."""
+    service = ModelService(sandbox, model_dir, limits, env=env, cache_dir=cache)
+    try:
+        with service:
+            outcome = runner.play(
+                sandbox,
+                harness_dir,
+                service,
+                blinded,
+                limits=dataclasses.replace(limits, max_flops=None),
+                round_timeout_s=task_cfg.round_timeout_s,
+                per_episode_timeout_s=task_cfg.per_episode_timeout_s,
+                progress=progress.every(lambda over, n: f"  [play {split}] {over}/{n} episodes over"),
+            )
+    except ServiceError as e:  # e.g. a checkpoint in a pickle format: every episode fails, the run goes on
+        outcome = runner.EpisodeOutcome({}, Charge(), [], 0, [], [])
+        for ep in blinded:
+            ep.fail(f"model server: {str(e)[:300]}")
+            outcome.failed[ep.id] = "the model server did not start"
+        outcome.stderr_tail = str(e)[-4000:]
+    outcome.charge = outcome.charge + service.charge
+    outcome.engine = service.engine
+    if service.exhausted and "flops" not in outcome.killed:  # refused past the cap, though it answered
+        outcome.killed.append("flops")
+    return outcome
+
+
+def _merge(a: runner.EpisodeOutcome, b: runner.EpisodeOutcome) -> runner.EpisodeOutcome:
+    """Two shards' outcomes as one play's."""
+    return runner.EpisodeOutcome(
+        actions={**a.actions, **b.actions},
+        charge=a.charge + b.charge,
+        garbage=(a.garbage + b.garbage)[:20],
+        crashes=a.crashes + b.crashes,
+        killed=a.killed + [k for k in b.killed if k not in a.killed],
+        denials=(a.denials + b.denials)[:50],
+        stderr_tail=b.stderr_tail or a.stderr_tail,
+        rounds=a.rounds + b.rounds,
+        engine=b.engine or a.engine,
+        failed={**a.failed, **b.failed},
+        output=b.output or a.output,
     )
 
 
