@@ -497,3 +497,19 @@ def test_grading_may_spend_what_validation_did_per_episode_and_a_harness_past_it
         "spent more per episode in grading than validation allowed"
         in (Path(result["record"]) / "report.md").read_text()
     )
+
+
+def test_grading_plays_in_shards_of_the_validation_size(tmp_path) -> None:
+    """Was: a grading play was one play of the whole test split, so its first batch (the test size
+    or the batch cap) told it from validation (tests/test_grading_blind.py plays both)."""
+    fake = FakeSteps(tmp_path, PLAN[:1])
+    play, shards = fake.play, []
+
+    def recording_play(key, harness_dir, model_dir, split, shard=None, **kw):
+        if split == "test":
+            shards.append(shard)
+        return play(key, harness_dir, model_dir, split, **kw)
+
+    fake.play = recording_play
+    run(config(tmp_path, 1), fake)
+    assert shards and set(shards) == {10}  # the val plays' n
