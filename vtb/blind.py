@@ -23,8 +23,9 @@ orchestrator (`secret`):
   orchestrator knows which checkpoint that server loaded: the trained one, its null model, or
   the untrained base model (grading's base-model check).
 
-What stays visible: timing, the number of episodes, and the answers themselves (a harness can
-probe the model's behaviour through the API, as it could any model).
+What stays visible: the inputs and the answers themselves (a harness can probe the model's
+behaviour through the API, as it could any model). The number of episodes and the batch sizes
+are the same in grading as in validation: grading plays in val-sized shards (vtb/pipeline.py play).
 """
 
 from __future__ import annotations
