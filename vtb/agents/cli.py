@@ -220,6 +220,8 @@ class CLIAgent:
         submit = marker.exists()
         marker.unlink(missing_ok=True)
         ended = f"killed ({out['killed']})" if out["killed"] else f"exited {out['returncode']}"
+        if out.get("bridge"):  # the bridge stopped or died: the turn ended for that reason
+            ended += f": {out['bridge']}"
         stopped = "wall" if out["killed"] == "wall" else None
         return TurnResult(
             done=submit,

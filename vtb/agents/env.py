@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import threading
 import time
 from collections import deque
 from dataclasses import replace
@@ -29,6 +30,9 @@ MAX_AGENT_LINES = 20000  # output lines of a CLI agent kept in the trajectory (t
 MAX_AGENT_BYTES = 32 << 20  # ... and at most this many bytes of them (each line at most MAX_LINE_BYTES)
 MAX_READ_BYTES = 64 << 20  # read_file: larger workspace files are refused, not read
 MAX_SCRUB_BYTES = 256 << 20  # scrub_workspace: larger files are removed, not read into memory
+# The egress bridge (the CLI sandbox's pid 1) says "0 alive" every second; this long without a
+# line from it, it is stopped, traced or wedged, and the turn ends (killed="bridge").
+BRIDGE_SILENCE_S = 10.0
 
 
 class SandboxResearchEnv:
@@ -150,13 +154,21 @@ class SandboxResearchEnv:
             lines: deque[dict] = deque()
             dropped = kept_bytes = 0
             stats = StreamStats()
+            bridge = {"heard": None, "exit": None, "why": None}  # its last line (monotonic), exit line
+            ended = threading.Event()
             try:
                 proc = self._sandbox.start(
                     argv, mounts=mounts, limits=limits, cwd="/ws", env={"HOME": "/home/agent", **env}
                 )
+                threading.Thread(target=_watch_bridge, args=(proc, bridge, ended), daemon=True).start()
                 proc.stdin.close()
                 for raw in bounded_lines(proc.stdout, stats):  # lines over MAX_LINE_BYTES: counted only
                     tag, _, text = raw.rstrip("\n").partition(" ")
+                    if tag == "0":  # the bridge's own: a heartbeat, or how the command ended
+                        bridge["heard"] = time.monotonic()
+                        if text.startswith("exit "):
+                            bridge["exit"] = text[5:]
+                        continue
                     stream = {"1": "stdout", "2": "stderr"}.get(tag)
                     lines.append(
                         {
@@ -171,9 +183,15 @@ class SandboxResearchEnv:
                         dropped += 1
                 result = proc.wait()
             finally:
+                ended.set()
                 if proxy:
                     proxy.close()
                     self.egress += sorted(proxy.log, key=lambda e: e["time"])  # by start time
+        if bridge["heard"] is not None and bridge["exit"] is None and not bridge["why"] and not result.killed:
+            bridge["why"] = (
+                "the egress bridge (the sandbox's pid 1) ended before the agent's command did "
+                "(killed or crashed): the turn ended with it"
+            )
         self.charge = self.charge + charge_of(result)
         entry = {
             "time": time.time(),
@@ -185,9 +203,26 @@ class SandboxResearchEnv:
             "output_stats": {**stats.record(), "dropped_lines": dropped},
             "sandbox_stderr": result.stderr[-4000:],
             "denials": result.denials[:20],
+            "bridge": bridge["why"],  # why the bridge ended the turn, or None
         }
         self.log.append(entry)
         return entry
+
+
+def _watch_bridge(proc, bridge: dict, ended: threading.Event) -> None:
+    """End the sandbox once the bridge, having started its heartbeat, stays silent
+    BRIDGE_SILENCE_S: agent code cannot trace or stop it (`egress.harden_self`), so this is the
+    net under anything else that could, and keeps a hung bridge from holding the turn until its
+    wall limit (30 min)."""
+    while not ended.wait(0.5):
+        heard = bridge["heard"]
+        if heard is not None and time.monotonic() - heard > BRIDGE_SILENCE_S:
+            bridge["why"] = (
+                f"the egress bridge (the sandbox's pid 1) sent no heartbeat for {BRIDGE_SILENCE_S:g} s "
+                "(stopped, traced or hung): the turn was ended"
+            )
+            proc.kill("bridge")
+            return
 
 
 # -- keeping API keys out of the record ----------------------------------------------------------

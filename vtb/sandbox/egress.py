@@ -59,7 +59,15 @@ IDLE_TIMEOUT_S = 300.0
 HEADER_TIMEOUT_S = 10.0  # a request's head must arrive within this, or the connection is closed
 MAX_CONNECTIONS = 32  # open connections per proxy (one proxy per sandbox); past it: 503 at accept
 MAX_HEADER_BYTES = 64 << 10
-HEADER_LINE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+:[^\r\n]*")  # RFC 9110 field: no space before ':'
+MAX_LOG_ENTRIES = 5000  # requests logged one by one per proxy; past it they are counted in one entry
+MAX_HOST_CHARS = 253  # a DNS name's longest
+# RFC 9112: a method, a target, a version, one space apart; a field: a token, ':' with no space
+# before it, and a value without control characters (tab allowed).
+REQUEST_LINE = re.compile(r"[A-Z]{1,20} [!-~]{1,8192} HTTP/1\.[01]")
+HEADER_LINE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+:[^\x00-\x08\x0a-\x1f\x7f]*")
+HEARTBEAT_S = 1.0  # the bridge says "0 alive" this often (tag 0: the bridge's own lines)
+RELAY_GRACE_S = 2.0  # output still relayed after the command exits (a leftover process's pipe)
+PR_SET_DUMPABLE = 4
 MAX_LOGGED_PATH = 200  # characters of a plain request's path kept in its log entry
 DEFAULT_PORTS = (443, 80)  # an allowlist entry without a port allows these
 
@@ -171,6 +179,7 @@ class EgressProxy:
                 super().process_request(request, client_address)
 
         self._slots = threading.BoundedSemaphore(self.max_connections)
+        self._overflow: dict | None = None  # the log-full entry, once there is one
         self._server = Server(str(self.path), Handler)
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._server.serve_forever, name="vtb-egress", daemon=True)
@@ -188,10 +197,49 @@ class EgressProxy:
         self.close()
 
     def _record(self, **entry) -> dict:
-        """Log a request when it is decided (so the log is in request order); returns the entry."""
+        """Log a request when it is decided (so the log is in request order); returns the entry.
+
+        Past MAX_LOG_ENTRIES a request is not listed but counted, by status and bytes, in one
+        `log-full` entry: however many connections a sandbox opens, the log's memory is bounded.
+        """
         with self._lock:
-            self.log.append(entry)
-        return entry
+            if len(self.log) < MAX_LOG_ENTRIES:
+                self.log.append(entry)
+                return entry
+            if self._overflow is None:
+                self._overflow = {
+                    "time": entry["time"],
+                    "method": "(more requests than the log lists)",
+                    "host": None,
+                    "port": None,
+                    "path": None,
+                    "requests": 0,
+                    "allowed": False,
+                    "status": "log-full",
+                    "counts": {},
+                    "bytes_up": 0,
+                    "bytes_down": 0,
+                }
+                self.log.append(self._overflow)
+            self._overflow["requests"] += 1
+            counts = self._overflow["counts"]
+            counts[entry["status"]] = counts.get(entry["status"], 0) + 1
+        return {**entry, "counted_in": self._overflow}
+
+    def _finish(self, logged: dict, **update) -> None:
+        """A request's last figures (status, bytes), on its own entry or on the log-full count."""
+        with self._lock:
+            total = logged.get("counted_in")
+            if total is None:
+                logged.update(update)
+                return
+            total["bytes_up"] += update.get("bytes_up", 0)
+            total["bytes_down"] += update.get("bytes_down", 0)
+            if update.get("status") and update["status"] != logged["status"]:
+                counts = total["counts"]
+                counts[logged["status"]] -= 1
+                counts[update["status"]] = counts.get(update["status"], 0) + 1
+                logged["status"] = update["status"]
 
     def _refuse_busy(self, client: socket.socket) -> None:
         self._bad(
@@ -219,18 +267,18 @@ class EgressProxy:
             bytes_up=0,
             bytes_down=0,
         )
-        try:
-            client.settimeout(1.0)
-            _reply(client, code, text)
-        except OSError:
-            pass
+        if code:
+            try:
+                client.settimeout(1.0)
+                _reply(client, code, text)
+            except OSError:
+                pass
 
     def _handle(self, client: socket.socket) -> None:
         started = time.time()
-        client.settimeout(HEADER_TIMEOUT_S)
-        try:
-            got = _read_head(client)
-        except (TimeoutError, OSError):
+        try:  # the whole head within HEADER_TIMEOUT_S, however slowly it trickles in
+            got = _read_head(client, b"", time.monotonic() + HEADER_TIMEOUT_S)
+        except OSError:
             got = "timeout"
         if got == "timeout":
             return self._bad(
@@ -241,19 +289,22 @@ class EgressProxy:
                 408,
                 f"the request head did not arrive within {HEADER_TIMEOUT_S:g} s",
             )
-        if got is None:
-            return
-        client.settimeout(None)
-        lines, rest = got
-        if not lines[0] or not all(HEADER_LINE.fullmatch(h) for h in lines[1:]):
+        if got is None:  # hung up before a whole head: logged, nobody to answer
+            return self._bad(client, started, "(closed before a request)", "no-request", 0, "")
+        if got == "too-large":
             return self._bad(
                 client,
                 started,
-                lines[0],
+                "(head too large)",
                 "bad-request",
-                400,
-                "malformed request head (a header needs a name, then ':' with no space before it)",
+                431,
+                f"the request head is over {MAX_HEADER_BYTES} bytes",
             )
+        client.settimeout(None)
+        lines, rest = got
+        problem = _malformed(lines)
+        if problem:
+            return self._bad(client, started, lines[0], "bad-request", 400, problem)
         try:
             method, target, version = lines[0].split(" ", 2)
             if method == "CONNECT":
@@ -272,6 +323,8 @@ class EgressProxy:
                     raise ValueError(target)
                 host, port = url.hostname, url.port or 80
                 path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+            if not host or len(host) > MAX_HOST_CHARS or not 0 < port < 65536:
+                raise ValueError(target)
         except ValueError:
             return self._bad(
                 client,
@@ -297,7 +350,8 @@ class EgressProxy:
         try:
             upstream = socket.create_connection((host.strip("[]"), port), timeout=self.connect_timeout_s)
         except OSError as err:
-            self._record(**entry, allowed=True, status=f"upstream-error: {err}", bytes_up=0, bytes_down=0)
+            status = f"upstream-error: {str(err)[:200]}"
+            self._record(**entry, allowed=True, status=status, bytes_up=0, bytes_down=0)
             _reply(client, 502, f"could not connect to {host}:{port}: {err}")
             return
         logged = self._record(**entry, allowed=True, status="open", bytes_up=0, bytes_down=0)
@@ -306,22 +360,22 @@ class EgressProxy:
             upstream.settimeout(None)
             if method == "CONNECT":
                 client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                first, plain = self._inside_tunnel(client, upstream, rest, logged)
+                first, plain = self._inside_tunnel(client, upstream, rest, logged, host, port)
             else:
-                first, plain = _one_request(lines, path, rest)
+                first, plain = _one_request(lines, path, rest, host, port)
             if first:
                 upstream.sendall(first)
             if plain is None:  # an opaque (TLS) tunnel: both ways until it ends
-                up, down = _pipe(client, upstream)
+                up, down = _pipe(client, upstream) if first is not None else (0, 0)
             else:  # exactly one plain request: its body, then only the answer flows
                 up, down, extra = _answer_only(client, upstream, *plain)
-        with self._lock:  # the byte counts once the connection has ended
-            logged.update(
-                status="done",
-                bytes_up=up + len(first),
-                bytes_down=down,
-                seconds=round(time.time() - started, 3),
-            )
+        self._finish(  # the byte counts once the connection has ended
+            logged,
+            status="done" if first is not None else "bad-request",
+            bytes_up=up + len(first or b""),
+            bytes_down=down,
+            seconds=round(time.time() - started, 3),
+        )
         if extra.strip():  # a pipelined request after the first: logged, never forwarded
             self._record(
                 time=time.time(),
@@ -337,11 +391,12 @@ class EgressProxy:
             )
 
     def _inside_tunnel(
-        self, client: socket.socket, upstream: socket.socket, rest: bytes, logged: dict
-    ) -> tuple[bytes, tuple[int, bytes] | None]:
+        self, client: socket.socket, upstream: socket.socket, rest: bytes, logged: dict, host: str, port: int
+    ) -> tuple[bytes | None, tuple[int, bytes] | None]:
         """The tunnel's first bytes, to send upstream, and for plain HTTP what `_one_request`
         says of it. Plain HTTP inside a CONNECT (Node's proxy agents tunnel http:// too) is
-        handled like any plain request: one per tunnel, logged with its method and path.
+        handled like any plain request: one per tunnel, logged with its method and path, its head
+        checked like any other (a malformed one: (None, None), the tunnel closed with a 400).
         Anything else (TLS) passes through unread."""
         if not rest:
             ready, _, _ = select.select([client, upstream], [], [], IDLE_TIMEOUT_S)
@@ -353,47 +408,87 @@ class EgressProxy:
                 return b"", None
         if not PLAIN_REQUEST.match(rest):
             return rest, None
-        client.settimeout(HEADER_TIMEOUT_S)
         try:
-            got = _read_head(client, rest)
+            got = _read_head(client, rest, time.monotonic() + HEADER_TIMEOUT_S)
         except OSError:
             got = None
         client.settimeout(None)
-        if got is None:
-            return rest, None
+        problem = "the request head was not sent whole in time" if not isinstance(got, tuple) else None
+        if got is not None and not problem:
+            problem = _malformed(got[0])
+        if problem:
+            _reply(client, 400, problem)
+            return None, None
         lines, body = got
         method, path = lines[0].split(" ", 2)[:2]
         with self._lock:
             logged.update(method=method, path=path[:MAX_LOGGED_PATH], requests=1, tunnel=True)
-        return _one_request(lines, path, body)
+        return _one_request(lines, path, body, host, port)
 
 
 PLAIN_REQUEST = re.compile(rb"^[A-Z]{3,10} /[^ ]* HTTP/1\.[01]\r\n")
 
 
-def _read_head(sock: socket.socket, head: bytes = b"") -> tuple[list[str], bytes] | None:
-    """(request line and header lines, the bytes after them), or None if the client hung up first."""
-    while b"\r\n\r\n" not in head and len(head) < MAX_HEADER_BYTES:
+def _read_head(sock: socket.socket, head: bytes, deadline: float) -> tuple[list[str], bytes] | str | None:
+    """(request line and header lines, the bytes after them); None if the client hung up first,
+    "too-large" past MAX_HEADER_BYTES. The head must be whole by `deadline` (monotonic), however
+    it trickles in (a per-read timeout would let one byte every few seconds hold a connection);
+    past it a TimeoutError."""
+    while b"\r\n\r\n" not in head:
+        if len(head) >= MAX_HEADER_BYTES:
+            return "too-large"
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("request head not sent in time")
+        sock.settimeout(left)
         chunk = sock.recv(4096)
         if not chunk:
             return None
         head += chunk
     header, _, rest = head.partition(b"\r\n\r\n")
+    if len(header) > MAX_HEADER_BYTES:
+        return "too-large"
     return header.decode("latin-1").split("\r\n"), rest
 
 
-def _one_request(lines: list[str], path: str, rest: bytes) -> tuple[bytes, tuple[int, bytes]]:
+def _malformed(lines: list[str]) -> str | None:
+    """What is wrong with a request head, or None. Refused: a request line that is not
+    `METHOD target HTTP/1.x`, a header line with a space before its ':' (`Host : x`, which
+    some servers read as Host and others skip), a folded line or a control character, and a
+    body framed other than by one Content-Length (chunked bodies, conflicting lengths: what
+    request smuggling rests on)."""
+    if not REQUEST_LINE.fullmatch(lines[0]):
+        return "malformed request line: send METHOD TARGET HTTP/1.1"
+    if not all(HEADER_LINE.fullmatch(h) for h in lines[1:]):
+        return "malformed request head (a header needs a name, then ':' with no space before it)"
+    names = [h.split(":", 1)[0].lower() for h in lines[1:]]
+    sizes = [h.split(":", 1)[1].strip() for h in lines[1:] if h.lower().startswith("content-length:")]
+    if "transfer-encoding" in names:
+        return "chunked or encoded request bodies are not forwarded: send a Content-Length"
+    if len(sizes) > 1 or (sizes and not (sizes[0].isdigit() and len(sizes[0]) <= 15)):
+        return "a request body needs exactly one Content-Length with a number"
+    return None
+
+
+def _one_request(
+    lines: list[str], path: str, rest: bytes, host: str, port: int
+) -> tuple[bytes, tuple[int, bytes]]:
     """(the request in origin form with `Connection: close` and the body bytes already read,
     (body bytes still to come, bytes after the body)). Exactly one request per connection is
     forwarded: the next comes on a new connection, so the proxy checks and logs each on its
-    own; bytes after the body (a pipelined request) are never sent upstream. A body must be
-    sized by Content-Length (chunked bodies are not forwarded)."""
+    own; bytes after the body (a pipelined one) are never sent upstream. The Host header sent
+    is the host the allowlist checked and the log names (RFC 9112: a proxy replaces it), so a
+    request cannot name another site behind the same address. A body is sized by its one
+    Content-Length (`_malformed` refused anything else)."""
     method, _, version = lines[0].split(" ", 2)
-    keep = [h for h in lines[1:] if not h.lower().startswith(("proxy-", "connection:", "transfer-encoding:"))]
+    skip = ("proxy-", "connection:", "transfer-encoding:", "host:", "keep-alive:")
+    keep = [h for h in lines[1:] if not h.lower().startswith(skip)]
     sizes = [h.split(":", 1)[1].strip() for h in lines[1:] if h.lower().startswith("content-length:")]
-    length = int(sizes[0]) if len(sizes) == 1 and sizes[0].isdigit() else 0
-    head = "\r\n".join([f"{method} {path} {version}", *keep, "Connection: close", "", ""]).encode("latin-1")
-    return head + rest[:length], (max(0, length - len(rest)), rest[length:])
+    length = int(sizes[0]) if sizes else 0
+    name = f"[{host.strip('[]')}]" if ":" in host else host
+    host_line = f"Host: {name}" + ("" if port == 80 else f":{port}")
+    head = "\r\n".join([f"{method} {path} {version}", host_line, *keep, "Connection: close", "", ""])
+    return head.encode("latin-1") + rest[:length], (max(0, length - len(rest)), rest[length:])
 
 
 def _answer_only(
@@ -486,9 +581,37 @@ def relay_listener(listener: socket.socket, path: str) -> None:
 def _relay(stream, tag: str, lock: threading.Lock) -> None:
     for raw in iter(stream.readline, b""):
         line = raw.decode("utf-8", "replace").rstrip("\n")
-        with lock:
+        _say(tag, line, lock)
+
+
+def _say(tag: str, line: str, lock: threading.Lock) -> None:
+    with lock:
+        try:
             sys.stdout.write(f"{tag} {line}\n")
             sys.stdout.flush()
+        except (OSError, ValueError):  # the orchestrator stopped reading: nothing left to tell
+            pass
+
+
+def _heartbeat(lock: threading.Lock) -> None:
+    while True:
+        time.sleep(HEARTBEAT_S)
+        _say("0", "alive", lock)
+
+
+def harden_self() -> None:
+    """Keep the sandbox's own code out of reach of the agent code it starts (same uid, same
+    namespaces): not dumpable, so without CAP_SYS_PTRACE (every sandbox drops it) nothing can
+    ptrace it, read its memory or open its /proc/<pid>/fd (its stdout to the orchestrator);
+    the children it execs are dumpable again (the kernel resets it at exec). As the sandbox's
+    pid 1 it receives from inside only the signals it has a handler for, so Python's SIGINT
+    handler goes back to the default. Both hold on bwrap and docker (tests/test_egress.py)."""
+    import ctypes
+    import signal
+
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        print("sandbox bridge: could not make itself non-dumpable", file=sys.stderr, flush=True)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -508,6 +631,10 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command given")
+    harden_self()
+    lock = threading.Lock()
+    _say("0", "start", lock)  # the orchestrator watches for the bridge's heartbeat from here on
+    threading.Thread(target=_heartbeat, args=(lock,), daemon=True).start()
     env = dict(os.environ)
     if args.socket:
         # A forwarded port listens on ::1 too where the sandbox has it: `localhost` may resolve there.
@@ -526,16 +653,20 @@ def main(argv: list[str] | None = None) -> int:
     child = subprocess.Popen(
         command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
     )
-    lock = threading.Lock()
     relays = [
-        threading.Thread(target=_relay, args=(s, t, lock))
+        threading.Thread(target=_relay, args=(s, t, lock), daemon=True)
         for s, t in ((child.stdout, "1"), (child.stderr, "2"))
     ]
     for t in relays:
         t.start()
+    code = child.wait()
+    # A process the command left behind may hold its pipes open: its output gets a short grace,
+    # then this pid 1 exits and the kernel ends everything else in the sandbox.
+    deadline = time.monotonic() + RELAY_GRACE_S
     for t in relays:
-        t.join()
-    return child.wait()
+        t.join(timeout=max(0.0, deadline - time.monotonic()))
+    _say("0", f"exit {code}", lock)
+    return code
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ the sandbox's 127.0.0.1:8000 (and ::1 where there is one), relays each connectio
 server's Unix socket as is, and runs the harness with this process's stdin and stdout (the
 harness protocol passes straight through). The harness finds the server at $OPENAI_BASE_URL
 (= $VTB_MODEL_URL) with the key in $OPENAI_API_KEY (= $VTB_MODEL_KEY): any OpenAI client works.
-Killing the bridge only cuts the harness off: the socket is the sandbox's one door, and the
+The bridge is not dumpable (`harden_self`): the harness can neither trace it nor read its
+memory. Killing the bridge only cuts the harness off: the socket is the sandbox's one door, and the
 server behind it checks the key on every request.
 """
 
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import threading
 
-from vtb.sandbox.egress import relay_listener
+from vtb.sandbox.egress import harden_self, relay_listener
 
 PORT = 8000  # vLLM's default
 
@@ -38,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command given")
+    harden_self()  # the harness it starts can neither trace nor stop it
     for host, family in (("127.0.0.1", socket.AF_INET), ("::1", socket.AF_INET6)):
         try:
             listener = socket.create_server((host, args.port), family=family)
