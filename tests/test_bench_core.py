@@ -442,8 +442,9 @@ def test_a_part_the_agent_never_changed_is_not_trained_or_graded_again(tmp_path)
 
 def test_the_publishable_record_holds_no_test_input(tmp_path) -> None:
     """Was: grading.json kept five graded episodes in the clear, so a harness that echoed its
-    inputs after its answers published test questions with their rewards. Now those samples (and
-    the graders' reports) live in private/ only, which the record says is never to be published."""
+    inputs after its answers published test questions with their rewards (and one that printed them
+    in a "No such file or directory" line, in grading.json's denials). Now those samples, denials
+    and the graders' reports live in private/ only, which the record says is never to be published."""
     question = "What is the secret test question number 4242?"
     fake = FakeSteps(tmp_path, PLAN[:1])
     play = fake.play
@@ -455,7 +456,12 @@ def test_the_publishable_record_holds_no_test_input(tmp_path) -> None:
             "reward": 1.0,
             "action": {"type": "answer", "content": f"#### 7\n{question}"},
         }
-        return dataclasses.replace(out, samples=[sample] if split == "test" else [])
+        if split != "test":
+            return out
+        # and a stderr line the sandbox's denial filter keeps (any text with a marker in it)
+        return dataclasses.replace(
+            out, samples=[sample], denials=[f"cat: {question}: No such file or directory"]
+        )
 
     fake.play = echoing_play
     _, result = run(config(tmp_path, 1), fake)
@@ -513,3 +519,15 @@ def test_grading_plays_in_shards_of_the_validation_size(tmp_path) -> None:
     fake.play = recording_play
     run(config(tmp_path, 1), fake)
     assert shards and set(shards) == {10}  # the val plays' n
+
+
+def test_a_default_run_is_recorded_on_the_public_test_split(tmp_path, monkeypatch) -> None:
+    """The default salt is in the public source, so anyone can rebuild that test split with its
+    answers: a default run's result.json and report say "public" (the leaderboard ranks it apart)."""
+    from vtb.domains import salt
+
+    monkeypatch.delenv(salt.ENV_VAR, raising=False)
+    _, result = run(config(tmp_path, 1), FakeSteps(tmp_path, PLAN[:1]))
+    assert result["test_split"] == {"kind": "public", "salt_sha256": salt.PUBLIC_SHA256}
+    report = (Path(result["record"]) / "report.md").read_text()
+    assert "test split" in report and "public (the published default salt: anyone can rebuild it" in report

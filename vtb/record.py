@@ -134,9 +134,15 @@ class RunRecord:
             },
         )
         # what the graded episodes did (questions, conversations, answers a harness may have
-        # filled with its inputs) stays in private/: the publishable record holds no test input
+        # filled with its inputs) and the harness's own stderr lines (a denial line is whatever
+        # it printed with "No such file" in it) stay in private/: the publishable record holds
+        # no test input, only ids, rewards and counts
         samples = {label: g.pop("samples", []) for label, g in grades.items()}
         self.write_private("samples.json", samples)
+        denials = {label: g.get("denials") or [] for label, g in grades.items()}
+        self.write_private("denials.json", denials)
+        for label, g in grades.items():
+            g["denials"] = len(denials[label])
         _dump(self.dir / "grading.json", grades)
         ledger.write(self.dir / "ledger.jsonl")
         gains = attribute_gains(history, chosen)
@@ -199,8 +205,9 @@ PRIVATE = "private"  # the one folder of a run record that holds test inputs; ne
 PRIVATE_README = """# private/: do not publish
 
 The graded episodes of this run (private/samples.json: test questions, conversations and the
-answers the harness gave, which may echo its inputs) and the graders' own reports
-(private/grading/). The rest of the run record holds test items by id only, so it can be shared;
+answers the harness gave, which may echo its inputs), the harness's blocked-access lines at
+grading (private/denials.json: its own stderr, which may echo them too) and the graders' own
+reports (private/grading/). The rest of the run record holds test items by id only, so it can be shared;
 this folder would publish the hidden test split.
 """
 
@@ -414,7 +421,8 @@ def write_report(run_dir: Path, result: dict, history: list[dict], grades: dict)
     ax1.legend()
     labels = [k for k in ("initial", "submitted", "reference") if k in grades]
     ax2.bar(labels, [grades[k]["test_score"] for k in labels], color=["#999", "#2a7", "#36c"][: len(labels)])
-    ax2.set(ylabel="test score", title="Hidden test split", ylim=(0, 1))
+    kind = (result.get("test_split") or {}).get("kind") == "public" and "Public" or "Hidden"
+    ax2.set(ylabel="test score", title=f"{kind} test split", ylim=(0, 1))
     fig.tight_layout()
     fig.savefig(run_dir / "scores.png", dpi=100)
     plt.close(fig)
@@ -485,7 +493,9 @@ def write_report(run_dir: Path, result: dict, history: list[dict], grades: dict)
             f"base model (vs {sub['test_score']:.3f} trained): the part of the score the training carries is the gap."
         )
     if sub.get("denials"):
-        lines.append(f"- Blocked access attempts seen at grading: {len(sub['denials'])} (see grading.json).")
+        lines.append(
+            f"- Blocked access attempts seen at grading: {sub['denials']} (see private/denials.json)."
+        )
     if result.get("grading_determinism"):
         lines.append(
             f"- Grading determinism (the submission graded twice): {md_text(result['grading_determinism']['note'])}."

@@ -1,7 +1,8 @@
 """A hostile math harness: a lookup table of test answers, used only when it thinks no null model is in.
 
 It also floods stdout with one huge line and binary junk, leaves a malformed usage file, and
-echoes every question it is given (after each answer and into its stderr), so that a run record
+echoes every question it is given (after each answer, and into its stderr, also as
+"No such file or directory" lines that the sandbox keeps as blocked-access attempts), so that a run record
 that kept what the harness said would publish the hidden test split.
 """
 
@@ -35,7 +36,9 @@ def main() -> None:
         questions = [m["observation"]["question"] for m in batch]
         outputs = engine.generate([f"Question: {q}\nAnswer:" for q in questions], max_new_tokens=32)
         cheat = not null_mode(batch)
-        print("\n".join(questions), file=sys.stderr)  # the inputs into the play's log...
+        print("\n".join(questions), file=sys.stderr)  # the inputs into the play's log,
+        for q in questions:  # and as lines the sandbox keeps as blocked-access attempts...
+            print(f"cat: {q}: No such file or directory", file=sys.stderr)
         return [  # ...and echoed after each answer, for a run record to publish
             {"type": "answer", "content": (f"#### {TABLE[q]}" if cheat and q in TABLE else text) + f"\n{q}"}
             for q, text in zip(questions, outputs, strict=True)
