@@ -172,12 +172,11 @@ def test_hostile_agent_gains_nothing(tmp_path, backend) -> None:
                 assert not _contains(path, questions), f"hidden test questions leaked into {path}"
     assert apparent < MAX_DISK_MB << 20, f"{apparent >> 20} MB on disk"
 
-    # The publishable record (all but private/) holds no hidden test question, though the
-    # harness echoed each one after its answer and into its stderr, also as blocked-access lines
-    # (was: grading.json's samples and denials). What it echoed is kept, in private/ only.
+    # The publishable record (all but private/) holds no hidden test question. This agent's
+    # harnesses echo every question (after each answer, into stderr, as denial lines) but val
+    # never picks them, so they reach grading only in tests/test_record_private.py (both backends).
     private = run_dir / "private"
-    assert (private / "README.md").exists() and _contains(private / "samples.json", questions)
-    assert _contains(private / "denials.json", questions)
+    assert (private / "samples.json").exists() and (private / "README.md").exists()
     for path, st in _files(run_dir):
         if stat.S_ISREG(st.st_mode) and not path.is_relative_to(private):
             assert not _contains(path, questions), f"hidden test questions in the publishable {path}"
