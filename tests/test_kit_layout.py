@@ -343,7 +343,11 @@ def test_a_sweep_draws_a_hidden_split_unless_told_otherwise(tmp_path, monkeypatc
     where = {"runs_dir": str(tmp_path / "runs"), "cache_dir": str(tmp_path / "cache")}
     hidden = SweepConfig(tasks=["math", "tau"], agents=["noop"], seeds=[0, 1], **where)
     shas = {salt.salt_sha256(c.task) for c in bench_configs(hidden)}
-    assert len(shas) == 1 and salt.split_kind(shas.pop()) == "hidden"  # one salt for every bench
+    assert len(shas) == 1 and salt.split_kind(next(iter(shas))) == "hidden"  # one salt for every bench
+    again = SweepConfig(
+        tasks=["swe"], agents=["greedy"], seeds=[3], **where
+    )  # a later sweep, same installation
+    assert {salt.salt_sha256(c.task) for c in bench_configs(again)} == shas  # comparable with the first
     assert all(f"task.test_salt_file={salt.installation_salt()}" in o for o in bench_overrides(hidden))
     public = SweepConfig(test_split="public", **where)
     assert {salt.split_kind(salt.salt_sha256(c.task)) for c in bench_configs(public)} == {"public"}
