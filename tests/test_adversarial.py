@@ -50,6 +50,7 @@ def _bench(tmp_path: Path, backend: str) -> tuple[subprocess.CompletedProcess, i
         "analysis.grid=true",  # the grid grades the hostile harness again: through the same path
         "analysis.path=true",
         "null_model_check=true",
+        "provenance_check=true",
         "hydra/job_logging=none",
         "hydra/hydra_logging=none",
         f"hydra.run.dir={tmp_path / 'hydra'}",

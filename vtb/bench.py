@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from vtb import analysis, contamination, keys, noise, pipeline, progress, record, runner
+from vtb import analysis, contamination, keys, noise, pipeline, progress, provenance, record, runner
 from vtb import preflight as preflight_checks
 from vtb.agents import Feedback, best_of, make_agent
 from vtb.blind import null_model, secret_of
@@ -281,7 +281,13 @@ class Bench:
             run = contextvars.copy_context().run  # the flow's context (Prefect's run) in the worker
             name = (
                 f"grade-{label}"
-                + {"model": "", "null": "-null-check", "base": "-base-model", "regrade": "-regrade"}[mode]
+                + {
+                    "model": "",
+                    "null": "-null-check",
+                    "base": "-base-model",
+                    "regrade": "-regrade",
+                    "audit": "-provenance-audit",
+                }[mode]
             )
             self._grading[key] = pool.submit(run, self._call, "play", name, key=key, **params)
         return self._grading[key]
@@ -297,6 +303,8 @@ class Bench:
         if shard:  # val-shaped plays: a harness cannot tell grading by its episode count
             params["shard"] = shard
             key = hash_json([key, "shard", shard])
+        if mode == "audit":  # the mode is in the key already
+            params["audit"] = True
         return key, params
 
     def val_size(self) -> int | None:
@@ -442,7 +450,9 @@ class Bench:
             return lambda: Grade(test_score=0.0, note="no checkpoint (training failed)")
         self._log(f"grading the {label} system on the hidden test split")
         test = self._grading_play(pool, system, None, "model", label)
-        null = base = None
+        null = base = audit = None
+        if label == "submitted" and self.cfg.provenance_check and self.auditable():
+            audit = self._grading_play(pool, system, None, "audit", label)
         if self.cfg.null_model_check:
             # The same harness, episodes (ids, order), mounts, paths and environment; only the
             # weights differ: the checkpoint's own folder with every tensor shuffled (vtb/blind.py).
@@ -475,6 +485,9 @@ class Bench:
                 grade.null_model_score, grade.flagged = score, score > self.cfg.null_model_threshold
             if base is not None:
                 grade.base_model_score = base.result().score
+            if audit is not None:
+                grade.provenance = provenance.verdict(audit.result().audit or [], grade.rewards)
+                self.rec.write_private(f"grading/{label}/provenance_audit.json", audit.result().audit or [])
             return grade
 
         return finish
@@ -525,6 +538,10 @@ class Bench:
         )
         run.start()
         return run
+
+    def auditable(self) -> bool:
+        """Whether the domain has a single task text to swap in a provenance audit (math)."""
+        return hasattr(get_domain(self.cfg.task.name), "audit_text")
 
     def grading_workers(self) -> int:
         """How many grading plays run at once: one on a GPU (a model server each would share it)."""

@@ -216,6 +216,9 @@ class BenchConfig:
     null_model_check: bool = True  # re-grade the submission with a null model; flag if it scores
     null_model_threshold: float = 0.05
     base_model_check: bool = True  # also grade the submitted harness with the untrained base model
+    # Play the test split once more with each episode's question swapped for another's at the model
+    # server; flag a submission whose answers come from its harness (vtb/provenance.py; math only)
+    provenance_check: bool = True
     contamination_check: bool = True  # scan the submission for test/val items (vtb/contamination.py)
     regrade_check: bool = False  # grade the submission a second time: is grading deterministic?
     grading_workers: int = 2  # grading plays at once (each a model server and a harness); 1 with GPUs

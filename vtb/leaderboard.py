@@ -109,11 +109,14 @@ def read_results(runs_dir: Path) -> list[dict]:
 
 
 def is_flagged(result: dict) -> bool:
-    """Flagged by the contamination scan, the null-model check or the grading cap (scored, but marked)."""
+    """Flagged by the contamination scan, the null-model check, the grading cap or the provenance
+    audit (scored, but marked)."""
     scan = result.get("contamination") or {}
     sub = result.get("submitted") or {}
     return bool(scan.get("flagged")) or bool(
-        sub.get("flagged_by_null_model") or sub.get("flagged_by_grading_cap")
+        sub.get("flagged_by_null_model")
+        or sub.get("flagged_by_grading_cap")
+        or sub.get("flagged_by_provenance")
     )
 
 

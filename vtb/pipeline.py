@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from vtb import progress, runner, safefs
+from vtb import progress, provenance, runner, safefs
 from vtb.agents import Feedback
 from vtb.agents.turn import take_turn
 from vtb.blind import blind, real_ids, secret_of
@@ -269,6 +269,7 @@ def play(
     engine_cfg: EngineConfig | None = None,
     flops_per_episode: float | None = None,
     shard: int | None = None,
+    audit: bool = False,
 ) -> PlayResult:
     """Play a split's episodes against a harness, with model_dir served by a model server, and score them here.
 
@@ -285,6 +286,9 @@ def play(
     discarded), so a harness sees in grading what it sees in a validation play: the same episode
     count, batch sizes, a fresh server and process (issue 37: a harness spent only when its first
     batch had the test split's size).
+
+    `audit` makes it a provenance audit (vtb/provenance.py): the model server swaps each episode's
+    task text for its shard neighbour's, and the result carries each episode scored both ways.
     """
     domain = get_domain(task_cfg.name)
     sandbox = runner.sandbox_for(sandbox_cfg)
@@ -303,17 +307,29 @@ def play(
     env = engine_env(engine_cfg.name, engine_cfg.options, engine_cfg.fallback) if engine_cfg else {}
     cache = engine_cache_for(engine_cfg.name) if engine_cfg else None
     outcome = runner.EpisodeOutcome({}, Charge(), [], 0, [], [])
+    text_of = getattr(domain, "audit_text", None) if audit else None
+    audited: list[tuple[list, set[int]]] = []
     for part in shards:
         part_flops = None if max_flops is None else max(0.0, max_flops - outcome.charge.flops)
         if flops_per_episode is not None:
             cap = flops_per_episode * len(part)
             part_flops = cap if part_flops is None else min(part_flops, cap)
         limits = step_limits(sandbox_cfg, part_flops, cpu_seconds, gpu_seconds)
+        swap = provenance.rotation(part, text_of)[0] if text_of else None
         got = _play_shard(
-            sandbox, Path(harness_dir), Path(model_dir), part, limits, env, cache, task_cfg, split
+            sandbox, Path(harness_dir), Path(model_dir), part, limits, env, cache, task_cfg, split, swap
         )
+        if swap is not None:
+            audited.append((part, got.swapped))
         outcome = _merge(outcome, got)
     scored = {b.id for b in blinded}
+    pairs = None
+    if text_of is not None:
+        pairs = [
+            p.to_json()
+            for part, swapped in audited
+            for p in provenance.audit_pairs(part, swapped, domain.reward_as, scored)
+        ]
     outcome.actions = {k: v for k, v in outcome.actions.items() if k in scored}
     outcome.failed = {k: v for k, v in outcome.failed.items() if k in scored}
     rewards = {ep.id: ep.reward() for ep in episodes}
@@ -335,6 +351,7 @@ def play(
         stderr_tail=outcome.stderr_tail,
         engine=outcome.engine,
         artifacts=domain.artifacts(episodes) if hasattr(domain, "artifacts") else {},
+        audit=pairs,
     )
 
 
@@ -348,9 +365,10 @@ def _play_shard(
     cache,
     task_cfg,
     split,
+    swap: list[tuple[str, str]] | None = None,
 ) -> runner.EpisodeOutcome:
     """One play: a fresh model server and harness process for these (blinded) episodes."""
-    service = ModelService(sandbox, model_dir, limits, env=env, cache_dir=cache)
+    service = ModelService(sandbox, model_dir, limits, env=env, cache_dir=cache, swap=swap)
     try:
         with service:
             outcome = runner.play(
@@ -371,6 +389,7 @@ def _play_shard(
         outcome.stderr_tail = str(e)[-4000:]
     outcome.charge = outcome.charge + service.charge
     outcome.engine = service.engine
+    outcome.swapped = set(service.swapped)
     if service.exhausted and "flops" not in outcome.killed:  # refused past the cap, though it answered
         outcome.killed.append("flops")
     return outcome

@@ -173,6 +173,9 @@ class RunRecord:
                 "iteration": chosen["iteration"],
                 "flagged_by_null_model": grades["submitted"].get("flagged"),
                 "flagged_by_grading_cap": bool(grades["submitted"].get("capped")),
+                # None: not audited (the check off, or a domain without one task text)
+                "flagged_by_provenance": (grades["submitted"].get("provenance") or {}).get("flagged"),
+                "provenance": grades["submitted"].get("provenance"),
                 "base_model_test_score": grades["submitted"].get("base_model_score"),
                 "item_rewards": grades["submitted"].get("rewards"),  # per test episode: paired comparisons
             },
@@ -372,6 +375,10 @@ def summary_table(result: dict) -> str:
             extra += f"  ({entry['not_judged']} episodes not judged: scored on their other components)"
         if entry.get("flagged_by_grading_cap"):
             extra += "  (FLAGGED: its harness spent more per episode in grading than validation allowed)"
+        if entry.get("flagged_by_provenance"):
+            extra += (
+                "  (FLAGGED: its answers came from its harness, not its model: see result.json provenance)"
+            )
         return f"{entry['test_score']:.3f}{extra}"
 
     gpu_row = []  # a CPU run holds no GPU: no row
@@ -491,6 +498,16 @@ def write_report(run_dir: Path, result: dict, history: list[dict], grades: dict)
         lines.append(
             f"- Base-model check: test {sub['base_model_score']:.3f} with the same harness served the untrained "
             f"base model (vs {sub['test_score']:.3f} trained): the part of the score the training carries is the gap."
+        )
+    audit = sub.get("provenance")
+    if audit:
+        found = f"**FLAGGED**: {md_text(audit['reason'])}" if audit["flagged"] else "not flagged"
+        lines.append(
+            f"- Provenance audit (each question swapped for another's at the model server): "
+            f"{audit.get('served_hits', 0):g} of {audit.get('informative', 0)} right on the questions the model saw "
+            f"(grading: {audit.get('graded_hits_same_questions', 0):g}), {audit.get('own_hits', 0)} answering the "
+            f"question only the harness saw (coincidence {audit.get('chance_hits', 0)}), "
+            f"{audit.get('unswapped', 0)} of {audit['n']} not sent verbatim ({found})."
         )
     if sub.get("denials"):
         lines.append(

@@ -151,7 +151,7 @@ def check_result(result: Any, expected: dict[str, Any] | None = None) -> dict:
         or sub["iteration"] < 0
     ):
         raise BadResult("submitted.iteration is not a non-negative integer")
-    for flag in ("flagged_by_null_model", "flagged_by_grading_cap"):
+    for flag in ("flagged_by_null_model", "flagged_by_grading_cap", "flagged_by_provenance"):
         if sub.get(flag) not in (None, True, False):
             raise BadResult(f"submitted.{flag} is not a boolean")
     _optional(sub.get("item_rewards"), _rewards, "submitted.item_rewards")

@@ -70,6 +70,7 @@ class PlayResult:
     stderr_tail: str = ""
     engine: str = ""
     artifacts: dict = field(default_factory=dict)  # files the domain's own tooling reads (SWE-bench)
+    audit: list[dict] | None = None  # a provenance audit's episodes scored both ways (vtb/provenance.py)
 
 
 @dataclass
@@ -151,6 +152,8 @@ class Grade:
     # the model refused the harness past its grading allowance (vtb/bench.py grading_allowance):
     # it spent more per episode than in validation; flagged, and the refused episodes scored 0
     capped: bool = False
+    # the provenance audit's finding (vtb/provenance.py verdict), for the submission where it ran
+    provenance: dict | None = None
 
     def to_json(self) -> dict:
         if self.note:  # an ungraded system records only its score and why
@@ -161,6 +164,8 @@ class Grade:
             del out["null_model_score"], out["flagged"]
         if self.base_model_score is None:
             del out["base_model_score"]
+        if self.provenance is None:
+            del out["provenance"]
         return out
 
 

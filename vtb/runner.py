@@ -267,6 +267,7 @@ class EpisodeOutcome:
     engine: str = ""  # the engine the harness ran on, as it reported it (e.g. a vllm fallback)
     failed: dict[str, str] = field(default_factory=dict)  # episode id -> why it ended without an action
     output: dict = field(default_factory=dict)  # the harness's stdout: StreamStats + garbage_lines
+    swapped: set[int] = field(default_factory=set)  # a provenance audit: the swap pairs the server used
 
 
 class Model(Protocol):

@@ -38,6 +38,7 @@ from vtb.serve.bridge import PORT, model_env
 
 SOCKET_DIR = "/run/vtb-model"  # where both sandboxes see the socket folder
 SOCKET = f"{SOCKET_DIR}/api.sock"
+SWAP_DIR = "/run/vtb-swap"  # a provenance audit's pairs, in the model server's sandbox only
 START_TIMEOUT_S = 300.0  # python + torch + the checkpoint (vLLM on a GPU takes longest)
 ENGINE_CACHE = "/var/cache/vtb-engine"  # where a model server sees its persistent engine cache
 
@@ -77,12 +78,17 @@ class ModelService:
     env: dict[str, str] = field(default_factory=dict)  # e.g. the engine selection (vtb.engine.select)
     request_limits: dict = field(default_factory=dict)  # vtb.serve.api.Limits fields
     cache_dir: Path | None = None  # the persistent engine cache (see the module docstring), or none
+    # A provenance audit's (seen, served) text pairs (vtb/serve/swap.py): in a folder of the
+    # server's own, never the harness's; `swapped` = the indices of the pairs the server used.
+    swap: list[tuple[str, str]] | None = None
+    swapped: set[int] = field(default_factory=set)
     exhausted: bool = False  # the server refused a request for the budget
     engine: str = ""  # the engine that served, as the server's usage file says
     charge: Charge = field(default_factory=Charge)
     result: SandboxResult | None = None
     _proc: SandboxProcess | None = None
     _dir: Path | None = None
+    _swap_dir: Path | None = None
     _key: str = ""
 
     def start(self) -> ModelService:
@@ -94,6 +100,11 @@ class ModelService:
             Mount(self.model_dir, "/model"),
             Mount(self._dir, SOCKET_DIR, writable=True),
         ]
+        if self.swap is not None:
+            self._swap_dir = Path(tempfile.mkdtemp(prefix="vtb-swap-"))
+            (self._swap_dir / "pairs.json").write_text(json.dumps(self.swap))
+            mounts.append(Mount(self._swap_dir, SWAP_DIR))
+            argv += ["--swap", f"{SWAP_DIR}/pairs.json"]
         env = {**self.env, "VTB_SERVE_KEY": self._key}
         if self.cache_dir is not None:
             Path(self.cache_dir).mkdir(parents=True, exist_ok=True)
@@ -125,6 +136,11 @@ class ModelService:
                 ready.put("ready")
             elif event == "budget":
                 self.exhausted = True
+            elif event == "swapped" and self.swap is not None:
+                pairs = json.loads(line).get("pairs")
+                if isinstance(pairs, list):
+                    n = len(self.swap)
+                    self.swapped |= {i for i in pairs[:n] if isinstance(i, int) and 0 <= i < n}
         ready.put("the server exited")
 
     def harness_mounts(self) -> list[Mount]:
@@ -177,6 +193,8 @@ class ModelService:
         if self.result.killed == "flops":
             self.exhausted = True
         shutil.rmtree(self._dir, ignore_errors=True)
+        if self._swap_dir is not None:
+            shutil.rmtree(self._swap_dir, ignore_errors=True)
         return self.result
 
     def __enter__(self) -> ModelService:

@@ -14,6 +14,9 @@ engine call (dynamic micro-batching), so concurrent episodes share a batch. FLOP
 here, by the engine, to the usage file of this sandbox (2·params·tokens, prompt + completion);
 a request that could pass the step's FLOPs limit ($VTB_MAX_FLOPS) gets HTTP 429 and the server
 prints ``{"event": "budget"}`` so the orchestrator records the step as stopped by budget.
+In a provenance audit (`--swap`, vtb/serve/swap.py) each prompt's task texts are swapped for
+other episodes' before the model sees them, invisibly to the harness; the server prints
+``{"event": "swapped", "pairs": [...]}`` for the pairs it used.
 Stdin is the lifeline: when the orchestrator closes it, the server exits. Stdout carries only
 those events (`protocol_stream`): everything else written to it, by vLLM's logging, a library's
 print or a child process, lands on stderr.
@@ -22,6 +25,7 @@ print or a child process, lands on stderr.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hmac
 import json
 import os
@@ -36,6 +40,7 @@ from typing import TextIO
 
 from vtb.engine import usage
 from vtb.serve.api import ApiError, Limits, Request, completion_reply, messages, models_reply, parse
+from vtb.serve.swap import Swap
 
 KEY_ENV = "VTB_SERVE_KEY"
 MAX_CONNECTIONS = 64  # open connections at once; more are refused (503) rather than queued
@@ -62,6 +67,7 @@ class ModelServer:
         window_ms: float = 5.0,
         max_batch: int = 128,
         events: TextIO | None = None,
+        swap: Swap | None = None,
     ):
         self.engine, self.key, self.limits = engine, key, limits or Limits()
         self.events = events  # where {"event": ...} lines go: main's protocol stream (None: sys.stdout)
@@ -72,6 +78,7 @@ class ModelServer:
         self._token_lock = threading.Lock()  # HF tokenizers are not safe across threads
         self._jobs: queue.Queue[_Job] = queue.Queue()
         self.budget_refusals = 0
+        self.swap, self._swapped = swap, set()  # a provenance audit's swap, and the pairs it used
         threading.Thread(target=self._batcher, daemon=True).start()
 
     # -- requests --------------------------------------------------------------------------------
@@ -126,10 +133,11 @@ class ModelServer:
     def _generate(self, kind: str, body: object) -> dict:
         req = parse(kind, body, self.limits)
         texts = req.prompts if kind == "completions" else [self._render(req.messages)]
+        served = texts if self.swap is None else self._swap_texts(kind, req, texts)
         keep = self.window - min(req.max_tokens, self.window // 2)  # the engines' own left-truncation
         prompts: list[str | list[int]] = []
-        bound = 0
-        for text in texts:
+        bound = shown = 0
+        for text, serve_text in zip(texts, served, strict=True):
             ids = self._encode(text, add_special=kind == "completions")
             if req.truncate is not None and req.truncate > 0:
                 ids = ids[-min(req.truncate, keep) :]  # never past the serving window (vLLM would refuse)
@@ -143,6 +151,12 @@ class ModelServer:
                 )
             else:
                 prompt = text
+            shown += min(len(ids), keep)
+            if serve_text is not text:  # an audit's swapped prompt: checked and counted as sent
+                served_ids = self._encode(serve_text, add_special=kind == "completions")
+                keep_ids = keep if req.truncate is None or req.truncate < 0 else min(req.truncate, keep)
+                prompt = served_ids[-keep_ids:] if len(served_ids) > keep_ids else serve_text
+                ids = served_ids
             bound += req.n * (min(len(ids), keep) + req.max_tokens)
             prompts += [prompt] * req.n
         job = _Job(req, prompts, bound)
@@ -150,7 +164,33 @@ class ModelServer:
         job.done.wait()
         if job.error is not None:
             raise job.error
+        if self.swap is not None:  # the usage the harness would have seen without the swap
+            usage = job.reply["usage"]
+            usage["prompt_tokens"] = shown
+            usage["total_tokens"] = shown + usage["completion_tokens"]
         return job.reply
+
+    def _swap_texts(self, kind: str, req: Request, texts: list[str]) -> list[str]:
+        """The prompts the model gets in an audit (the same objects where no pair applied)."""
+        hits: set[int] = set()
+        if kind == "completions":
+            out = []
+            for text in req.prompts:
+                swapped, used = self.swap.apply(text)
+                hits |= used
+                out.append(swapped if used else text)
+        else:
+            msgs = []
+            for m in req.messages:
+                content, used = self.swap.apply(m["content"])
+                hits |= used
+                msgs.append({**m, "content": content})
+            out = [self._render(msgs) if hits else texts[0]]
+        new = sorted(hits - self._swapped)
+        if new:
+            self._swapped |= hits
+            print(json.dumps({"event": "swapped", "pairs": new}), file=self.events or sys.stdout, flush=True)
+        return out
 
     def _tokenize(self, body: object) -> dict:
         if not isinstance(body, dict):
@@ -226,6 +266,8 @@ class ModelServer:
                 )
                 job.done.set()
             return
+        if self.swap is not None:  # what the model echoed of a served text goes back as the harness's
+            out = [dataclasses.replace(c, text=self.swap.restore(c.text)) for c in out]
         at = 0
         for job in admitted:
             job.reply = completion_reply(job.req, out[at : at + len(job.prompts)], job.req.kind)
@@ -352,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--socket", required=True)
     parser.add_argument("--limits", default="{}", help="JSON of vtb.serve.api.Limits fields")
     parser.add_argument("--window-ms", type=float, default=5.0)
+    parser.add_argument("--swap", default=None, help="a provenance audit's pairs (vtb/serve/swap.py)")
     args = parser.parse_args(argv)
     key = os.environ.pop(KEY_ENV, "")
     if not key:
@@ -361,7 +404,10 @@ def main(argv: list[str] | None = None) -> int:
     from vtb.engine.select import open_engine
 
     engine = open_engine(args.model, safetensors_only=True)
-    api = ModelServer(engine, key, Limits(**json.loads(args.limits)), window_ms=args.window_ms, events=events)
+    swap = Swap.load(args.swap) if args.swap else None
+    api = ModelServer(
+        engine, key, Limits(**json.loads(args.limits)), window_ms=args.window_ms, events=events, swap=swap
+    )
     server = serve(api, args.socket)
     print(json.dumps({"event": "ready", "engine": engine.name}), file=events, flush=True)
     sys.stdin.read()  # until the orchestrator closes our stdin

@@ -218,5 +218,13 @@ class MathDomain:
     def metrics(self, episodes: list[MathEpisode], task: MathConfig) -> dict:
         return {}
 
+    # The provenance audit (vtb/provenance.py): the question is the one task text, and an answer
+    # can be scored against any other problem's gold.
+    def audit_text(self, episode: MathEpisode) -> str:
+        return episode.problem["question"]
+
+    def reward_as(self, episode: MathEpisode, other: MathEpisode) -> float:
+        return self.env.reward(other.problem, episode.action, episode.metric)
+
     def start_message(self, item: dict) -> dict:
         return self.env.start_message(item)

@@ -1,0 +1,141 @@
+"""The provenance audit: is a submission's score the model's score, or its harness's?
+
+The harness is code that sees every test input. A harness that solves the task itself (a
+solver of the question forms, unlocked by a fingerprint only the trained weights answer), or
+that hands the model its own answer in any encoding for the model to repeat, or that picks,
+among many samples, the one its own solver agrees with, lifts the score with no help from
+training, and the null-model check cannot see it (the shuffled weights lose the fingerprint).
+
+The audit plays the test split once more, shaped exactly like grading (the same shards, decoys
+and per-episode cap), but the model server swaps each episode's task text in every prompt for
+the next episode's in the shard (vtb/serve/swap.py): the harness still sees episode i's question,
+the model sees only question i+1's. Whatever the harness does, its answer then tells where it
+came from:
+
+- the answer to question i+1 (the one only the model saw): the model's work. An honest
+  system scores here what it scored on question i+1 in grading, whatever its prompts, samples,
+  votes, retries, format repairs or calculator (they all act on what the model wrote).
+- the answer to question i (the one the model never saw): the harness's. Counted against a
+  baseline of answers matching a third, unrelated episode's question (coincidence).
+- neither, where grading scored: a harness that noticed the swap (say, by sending the
+  question twice, once altered) and played honest has to fall to its model's own level,
+  and the gap to its graded score shows.
+
+What stays open (SECURITY.md): a model trained to leak the question it sees back to the harness
+in an altered form (the harness then solves the served question); a harness that alters every
+question it sends (not swapped: flagged as unverifiable when it scores); domains without a single
+task text (tau, terminal, SWE-bench) are not audited yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+OWN_MIN, OWN_FRACTION = 2, 0.1  # answers to the question the model never saw, past coincidence
+GAP_MIN, GAP_FRACTION = 2, 0.2  # graded minus audited hits on the same questions
+UNVERIFIABLE_FRACTION = 0.5  # episodes whose question never reached the model verbatim
+
+
+@dataclass
+class Pair:
+    """One audited episode: the harness saw `id`'s input, the model `partner`'s; their rewards."""
+
+    id: str
+    partner: str
+    swapped: bool  # the server found `id`'s task text in a prompt (and swapped it)
+    own: float  # the answer scored as an answer to `id` (the question the model never saw)
+    served: float  # ... to `partner` (the question the model saw)
+    chance: float | None  # ... to a third episode's question (coincidence), None in a shard of 2
+
+    def to_json(self) -> dict:
+        return {
+            "id": self.id,
+            "partner": self.partner,
+            "swapped": self.swapped,
+            "own": self.own,
+            "served": self.served,
+            "chance": self.chance,
+        }
+
+
+def rotation(part: list, text_of) -> tuple[list[tuple[str, str]], list[int]]:
+    """The swap pairs of one shard (episode k's text -> episode k+1's) and each one's partner index.
+
+    `part` are the shard's episodes in play order (blinded); `text_of(inner episode)` their task
+    text. A shard of one has no partner to swap with: its pair swaps nothing."""
+    m = len(part)
+    partner = [(k + 1) % m for k in range(m)]
+    texts = [text_of(b.inner) for b in part]
+    return [(texts[k], texts[partner[k]]) for k in range(m)], partner
+
+
+def audit_pairs(part: list, swapped: set[int], reward_as, scored: set[str]) -> list[Pair]:
+    """Score a played shard both ways; only the episodes in `scored` (not decoys) are kept.
+
+    `reward_as(inner, other_inner)` scores an episode's answer as an answer to another's task."""
+    m, out = len(part), []
+    if m < 2:
+        return out
+    for k, b in enumerate(part):
+        if b.id not in scored:
+            continue
+        ep, partner = b.inner, part[(k + 1) % m].inner
+        third = part[(k + 2) % m].inner if m >= 3 else None
+        out.append(
+            Pair(
+                id=str(ep.id),
+                partner=str(partner.id),
+                swapped=k in swapped,
+                own=float(reward_as(ep, ep)),
+                served=float(reward_as(ep, partner)),
+                chance=None if third is None else float(reward_as(ep, third)),
+            )
+        )
+    return out
+
+
+def verdict(pairs: list[dict], graded: dict[str, float]) -> dict:
+    """The audit's figures and its finding, from the pairs and the graded play's rewards.
+
+    Flagged when the harness answered the questions the model never saw (beyond coincidence),
+    when it scored markedly less on the questions the model did see than grading scored on the
+    same questions, or when too few of its inputs reached the model verbatim to tell."""
+    n = len(pairs)
+    if n == 0:
+        return {"flagged": False, "n": 0, "reason": "nothing to audit"}
+    hit = lambda x: x is not None and x >= 0.5  # noqa: E731 (rewards in [0, 1])
+    unswapped = sum(1 for p in pairs if not p["swapped"])
+    informative = [p for p in pairs if p["swapped"] and not (hit(p["own"]) and hit(p["served"]))]
+    k = len(informative)
+    own = sum(1 for p in informative if hit(p["own"]) and not hit(p["served"]))
+    chance = sum(1 for p in informative if hit(p["chance"]) and not hit(p["served"]))
+    served = sum(p["served"] for p in informative)
+    graded_same = sum(float(graded.get(p["partner"], 0.0)) for p in informative)
+    graded_score = sum(graded.values()) / max(1, len(graded))
+    reasons = []
+    if own - chance >= max(OWN_MIN, OWN_FRACTION * k):
+        reasons.append(
+            f"{own} of {k} answers answer the question the harness saw and the model never did "
+            f"(coincidence: {chance}): the harness, not the model, answered"
+        )
+    if graded_same - served >= max(GAP_MIN, GAP_FRACTION * k):
+        reasons.append(
+            f"{served:g} of {k} right where the model saw other questions, against {graded_same:g} "
+            "in grading on the same questions: the harness scores when it can tell its inputs reach the model"
+        )
+    if unswapped > UNVERIFIABLE_FRACTION * n and graded_score > 0:
+        reasons.append(
+            f"{unswapped} of {n} questions never reached the model verbatim: where the answers come from "
+            "cannot be checked (send the question as given)"
+        )
+    return {
+        "flagged": bool(reasons),
+        "reason": "; ".join(reasons) or None,
+        "n": n,
+        "unswapped": unswapped,
+        "informative": k,
+        "own_hits": own,
+        "chance_hits": chance,
+        "served_hits": served,
+        "graded_hits_same_questions": graded_same,
+    }
