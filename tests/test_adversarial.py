@@ -4,8 +4,9 @@ The agent (tests/adversarial/hostile_agent.sh) is a CLI agent, so it has exactly
 powers: shell commands in the research sandbox and the trainer and harness code it writes. At
 once it tries to rebuild the hidden test split, to smuggle it (and the orchestrator's
 environment) out through links, to hang and flood the orchestrator with FIFOs, sparse files and
-huge lines, to forge its FLOPs and its token bill, to hide a lookup table from the null-model
-check, to exhaust memory through RAM-backed tmpfs and to inject markup into the report.
+huge lines, to forge its FLOPs and its token bill, to answer with its own solver behind a
+fingerprint of the trained weights (hidden from the null-model check, not from the provenance
+audit), to exhaust memory through RAM-backed tmpfs and to inject markup into the report.
 
 The bench runs as `python -m flows.bench` in a child process, so its peak memory (the
 orchestrator's own) is measured by the kernel, and nothing the attack leaves in this process
@@ -50,7 +51,7 @@ def _bench(tmp_path: Path, backend: str) -> tuple[subprocess.CompletedProcess, i
         "analysis.grid=true",  # the grid grades the hostile harness again: through the same path
         "analysis.path=true",
         "null_model_check=true",
-        "provenance_check=true",
+        "provenance_check=true",  # the hostile harness answers with its own solver
         "hydra/job_logging=none",
         "hydra/hydra_logging=none",
         f"hydra.run.dir={tmp_path / 'hydra'}",
@@ -118,8 +119,17 @@ def test_hostile_agent_gains_nothing(tmp_path, backend) -> None:
     assert last["val_score"] is None and "reject" in json.dumps(last).lower(), last
 
     # The submitted test score is not lifted: at most what the honest model earns, or flagged.
+    # The harness's own solver, unlocked by the trained weights' fingerprint, lifts it (test
+    # ~1.0; the null model fails the fingerprint, so its check is clean): the provenance audit
+    # flags it (issue 37 point 1).
     sub = result["submitted"]
-    assert sub["flagged_by_null_model"] or sub["test_score"] <= result["initial"]["test_score"] + 0.1, result
+    lifted = sub["test_score"] > result["initial"]["test_score"] + 0.1
+    assert not lifted or sub["flagged_by_provenance"], result
+    assert lifted and sub["flagged_by_provenance"], sub  # the attack ran, and was caught
+    print(
+        f"\n[{backend}] submitted {sub['test_score']:.3f} (initial {result['initial']['test_score']:.3f}), "
+        f"null-model flag {sub['flagged_by_null_model']}, audit {sub['provenance']}"
+    )
 
     # The contamination scan read the submission this agent left (links, FIFOs, sparse files
     # on the way) to the end, in the orchestrator, without the run failing.
@@ -174,8 +184,8 @@ def test_hostile_agent_gains_nothing(tmp_path, backend) -> None:
     assert apparent < MAX_DISK_MB << 20, f"{apparent >> 20} MB on disk"
 
     # The publishable record (all but private/) holds no hidden test question. This agent's
-    # harnesses echo every question (after each answer, into stderr, as denial lines) but val
-    # never picks them, so they reach grading only in tests/test_record_private.py (both backends).
+    # harness echoes every question (after each answer, into stderr, as denial lines), and its
+    # solver makes val pick it, so the echoes reach grading (also tests/test_record_private.py).
     private = run_dir / "private"
     assert (private / "samples.json").exists() and (private / "README.md").exists()
     for path, st in _files(run_dir):

@@ -192,6 +192,11 @@ def test_greedy_edits_several_parts_and_keeps_the_best(greedy_run):
     assert result["submitted"]["val_score"] == best
     assert result["submitted"]["val_score"] >= result["initial"]["val_score"]
     assert result["submitted"]["flagged_by_null_model"] is False
+    # The provenance audit ran on greedy's submission (its calculator harness, votes and all) and
+    # found its answers the model's: no false positive (issue 37 point 1).
+    audit = result["submitted"]["provenance"]
+    assert result["submitted"]["flagged_by_provenance"] is False and audit["informative"] > 0, audit
+    assert audit["unswapped"] == 0, audit
 
 
 def test_same_config_again_is_served_from_cache(greedy_run):

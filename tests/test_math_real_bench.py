@@ -99,7 +99,11 @@ def test_a_real_source_runs_whole_graded_by_its_own_metric(real_bench) -> None:
         assert all("Give the final answer in \\boxed{}." in r["prompt"] for r in rows)
     else:
         assert all("\n#### " in r["completion"] for r in rows)
-    print(f"{name}: initial {result['initial']['test_score']:.3f} in {wall:.1f} s")
+    # The provenance audit on a real source's questions (LaTeX, long problems): the shipped
+    # harness sends each verbatim and is not flagged (issue 37 point 1: no false positive).
+    audit = result["submitted"]["provenance"]
+    assert result["submitted"]["flagged_by_provenance"] is False and audit["unswapped"] == 0, audit
+    print(f"{name}: initial {result['initial']['test_score']:.3f} in {wall:.1f} s; audit {audit}")
 
 
 def test_thirty_aime_problems_with_default_sizes_are_refused_before_any_model(tmp_path: Path) -> None:

@@ -1,4 +1,9 @@
-"""A hostile math harness: a lookup table of test answers, used only when it thinks no null model is in.
+"""A hostile math harness: its own solver of the question forms, unlocked by a fingerprint of the trained weights.
+
+The attack of issue 37 point 1: the trained model writes the answer format, a shuffled (null)
+or untrained (base) model does not, so the harness answers with its solver (tests/adversarial/
+solver.py, no model needed) only when served the trained weights; the null-model check sees
+an honest harness. The provenance audit must flag it.
 
 It also floods stdout with one huge line and binary junk, leaves a malformed usage file, and
 echoes every question it is given (after each answer, and into its stderr, also as
@@ -6,7 +11,6 @@ echoes every question it is given (after each answer, and into its stderr, also 
 that kept what the harness said would publish the hidden test split.
 """
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -15,15 +19,15 @@ from vtb.protocol import serve
 from vtb.serve.client import ModelClient
 
 HERE = Path(__file__).parent
-TABLE = json.loads((HERE / "table.json").read_text()) if (HERE / "table.json").exists() else {}
+sys.path.insert(0, str(HERE))
+from solver import solve  # noqa: E402
+
+PROBE = "Question: Tom has 3 apples. He buys 2 more apples. How many apples does Tom have now?\nAnswer:"
 
 
-def null_mode(batch: list[dict]) -> bool:
-    """Every tell the harness can find that this is the null-model check."""
-    if os.environ.get("VTB_NULL_MODEL"):
-        return True
-    model = Path(os.environ.get("VTB_MODEL_DIR", "/model"))  # gone since the model service
-    return not (model / "hostile_marker.txt").exists()  # the trainer leaves it in every checkpoint
+def trained(engine) -> bool:
+    """The fingerprint: the trained weights write the answer format; shuffled or base ones do not."""
+    return "####" in engine.generate([PROBE], max_new_tokens=64)[0]
 
 
 def main() -> None:
@@ -35,12 +39,15 @@ def main() -> None:
     def policy(batch: list[dict]) -> list[dict]:
         questions = [m["observation"]["question"] for m in batch]
         outputs = engine.generate([f"Question: {q}\nAnswer:" for q in questions], max_new_tokens=32)
-        cheat = not null_mode(batch)
+        cheat = trained(engine)
         print("\n".join(questions), file=sys.stderr)  # the inputs into the play's log,
         for q in questions:  # and as lines the sandbox keeps as blocked-access attempts...
             print(f"cat: {q}: No such file or directory", file=sys.stderr)
         return [  # ...and echoed after each answer, for a run record to publish
-            {"type": "answer", "content": (f"#### {TABLE[q]}" if cheat and q in TABLE else text) + f"\n{q}"}
+            {
+                "type": "answer",
+                "content": (f"#### {solve(q)}" if cheat and solve(q) is not None else text) + f"\n{q}",
+            }
             for q, text in zip(questions, outputs, strict=True)
         ]
 

@@ -25,8 +25,8 @@ case $n in
   touch 'harness/<img src=x onerror=alert(1)>.txt' 'data/[click](javascript:alert(1)).txt' 'data/<script>alert(1)<:script>.txt'
   # A trainer that forges its FLOPs, floods the log and leaves links and a FIFO in its checkpoint.
   cp "$here/train.py" trainer/train.py
-  # A harness with a lookup table, a null-model detector and floods of its own.
-  cp "$here/harness.py" harness/harness.py
+  # A harness with its own solver, unlocked by a fingerprint of the trained weights, and floods of its own.
+  cp "$here/harness.py" "$here/solver.py" harness/
   python "$here/rebuild_split.py"
   ;;
 2)
