@@ -65,6 +65,7 @@ def play_step(
     engine_cfg: EngineConfig | None = None,
     flops_per_episode: float | None = None,
     shard: int | None = None,
+    audit: bool = False,
 ) -> PlayResult:
     return pipeline.play(
         harness_dir,
@@ -79,6 +80,7 @@ def play_step(
         engine_cfg,
         flops_per_episode,
         shard,
+        audit,
     )
 
 

@@ -288,7 +288,8 @@ def test_grading_plays_run_at_once_and_a_play_asked_twice_runs_once(tmp_path) ->
     _, result = run(config(tmp_path, 0, "base_model_check=true", "grading_workers=3"), fake)
     assert fake.most == 3
     tests = [r for r in fake.runs if r.startswith("play:")]
-    assert len(tests) == len(set(tests)) == 1 + 2 + 2  # val; initial = submitted: test, base; reference
+    # val; initial = submitted: test, base; reference: test, base; the submission's provenance audit
+    assert len(tests) == len(set(tests)) == 1 + 2 + 2 + 1
     assert result["submitted"]["test_score"] == result["initial"]["test_score"]
 
 

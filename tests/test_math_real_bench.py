@@ -28,6 +28,7 @@ SMALL = [
     *SHRUNK_BENCH,
     "model.pretrain_texts=200",
     "null_model_check=false",
+    "provenance_check=true",  # no false positive on real questions (issue 37 point 1)
 ]
 # name: (task.source, fixture, written as, the metric it must be graded with, extra overrides)
 BENCHES = {
