@@ -114,8 +114,10 @@ def test_a_sandbox_flooding_the_proxy_costs_bounded_threads_and_every_request_is
         counts[e["status"]] = counts.get(e["status"], 0) + 1
     assert counts.pop("done") == 1 and counts.pop("pipelined-refused") == 1
     assert counts.pop("bad-request") == 3
-    timed_out = counts.pop("header-timeout")
-    assert timed_out >= egress.MAX_CONNECTIONS  # the held ones (and the trickle), answered 408
+    # The held ones (and the trickle), answered 408; under load a late one may get its slot only
+    # as the first ones time out, and the client hangs up before its own deadline (no-request).
+    timed_out = counts.pop("header-timeout") + counts.pop("no-request", 0)
+    assert timed_out >= egress.MAX_CONNECTIONS
     assert timed_out + counts.pop("too-many-connections") == FLOOD + 1  # every refused one counted
     assert counts == {}, counts
     extra = peak[0] - base
