@@ -256,24 +256,27 @@ def web():
         srv.server_close()
 
 
+def _toy_model(tmp_path_factory, name: str, steps: int, n_texts: int):
+    from vtb.models.toy import build_toy_model
+
+    out = tmp_path_factory.mktemp(name) / "model"
+    shape = dict(n_layer=2, n_embd=64, n_head=2, n_positions=128)
+    return build_toy_model(
+        out, steps=steps, n_texts=n_texts, batch_size=16, lr=5e-3, progress=lambda s: None, **shape
+    )
+
+
 @pytest.fixture(scope="session")
 def toy_model_dir(tmp_path_factory):
     """A small GPT-2 that writes GSM8K-style calculator answers (built once per test session; read-only)."""
-    from vtb.models.toy import build_toy_model
+    return _toy_model(tmp_path_factory, "toy", steps=40, n_texts=300)
 
-    out = tmp_path_factory.mktemp("toy") / "model"
-    return build_toy_model(
-        out,
-        steps=40,
-        n_texts=300,
-        batch_size=16,
-        lr=5e-3,
-        progress=lambda s: None,
-        n_layer=2,
-        n_embd=64,
-        n_head=2,
-        n_positions=128,
-    )
+
+@pytest.fixture(scope="session")
+def copier_model_dir(tmp_path_factory):
+    """The toy model trained longer: it copies a worked `<<a+0=a>>a` line's value into its
+    `#### a`, so a harness's hand-over has a model that decodes it (tests/test_provenance.py)."""
+    return _toy_model(tmp_path_factory, "copier", steps=300, n_texts=2000)
 
 
 def bare_research_env(tmp_path, backend: str, trainer: dict | None = None, limits: tuple = (60, 60)):

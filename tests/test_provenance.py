@@ -180,26 +180,6 @@ def test_the_verdict_flags_each_way_a_harness_answers_and_not_an_honest_one() ->
 # -- the attacks, played ----------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def copier_model_dir(tmp_path_factory):
-    """A small GPT-2 trained longer on the toy corpus: it copies a worked line's value (about 30 s)."""
-    from vtb.models.toy import build_toy_model
-
-    out = tmp_path_factory.mktemp("copier") / "model"
-    return build_toy_model(
-        out,
-        steps=300,
-        n_texts=2000,
-        batch_size=16,
-        lr=5e-3,
-        progress=lambda s: None,
-        n_layer=2,
-        n_embd=64,
-        n_head=2,
-        n_positions=128,
-    )
-
-
 def _grade_and_audit(tmp_path, harness, model, backend, data_dir, task, n_val):
     cfg = SandboxConfig(backend=backend)
     args = (harness, model, "test", data_dir, task, cfg, None, 300.0)
