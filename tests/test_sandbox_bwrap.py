@@ -218,7 +218,7 @@ def test_cgroups_are_removed_after_each_sandbox():
     before = {p.name for p in parent.glob("vtb-sandbox-*")}
     sandbox.run(["sh", "-c", "sleep 0.3 &"], mounts=runtime_mounts(), limits=LIMITS)
     sandbox.run(["sleep", "5"], mounts=runtime_mounts(), limits=Limits(wall_seconds=0.3))
-    assert {p.name for p in parent.glob("vtb-sandbox-*")} == before
+    assert {p.name for p in parent.glob("vtb-sandbox-*")} <= before  # ours are gone (others may end too)
 
 
 @needs_bwrap

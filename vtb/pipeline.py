@@ -395,12 +395,18 @@ def _play_shard(
     return outcome
 
 
+def _first_garbage(lines: list[str], keep: int = 20) -> list[str]:
+    """The first `keep` garbage lines of the shards, and every shard's `[vtb: ...]` tally of the rest."""
+    tallies = [g for g in lines if g.startswith("[vtb:")]
+    return [g for g in lines if not g.startswith("[vtb:")][:keep] + tallies[:keep]
+
+
 def _merge(a: runner.EpisodeOutcome, b: runner.EpisodeOutcome) -> runner.EpisodeOutcome:
     """Two shards' outcomes as one play's."""
     return runner.EpisodeOutcome(
         actions={**a.actions, **b.actions},
         charge=a.charge + b.charge,
-        garbage=(a.garbage + b.garbage)[:20],
+        garbage=_first_garbage(a.garbage + b.garbage),
         crashes=a.crashes + b.crashes,
         killed=a.killed + [k for k in b.killed if k not in a.killed],
         denials=(a.denials + b.denials)[:50],
