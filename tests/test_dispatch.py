@@ -309,12 +309,18 @@ def test_two_gpus_four_benches_never_more_than_one_bench_per_gpu(cluster, monkey
     names = [gpu_mod.limit_name(g) for g in ("0", "1")]
     held: list[tuple[str, str]] = []
 
+    seen: list[list[int]] = []
+
     def fake_bench(cfg) -> dict:
+        # Hold the GPU until the server has shown both slots taken (or 30 s): a fixed sleep let a
+        # slow server on a loaded CI machine start the second bench after the first had ended.
         held.append((cfg.seed, cfg.sandbox.gpus))
-        time.sleep(1.0)
+        deadline = time.monotonic() + 30
+        while [1, 1] not in seen and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)
         return {"run": str(cfg.seed), "state": "completed"}
 
-    seen: list[list[int]] = []
     stop = threading.Event()
 
     def watch() -> None:
