@@ -145,6 +145,12 @@ def test_the_swap_replaces_whole_texts_and_restores_echoes() -> None:
     assert text == "Q: Ann has 9 pears.\nQ: Tom has 3 apples.\nA:" and used == {0, 1}
     assert swap.apply("nothing here") == ("nothing here", set())
     assert swap.restore("you said: Ann has 9 pears.") == "you said: Tom has 3 apples."
+    # Words, not bytes: a reflowed or space-doubled question is swapped all the same (a harness
+    # cannot send an altered copy to tell a swapped prompt), and so is an echo of the served one.
+    assert swap.apply("Q: Tom  has\n3 apples.") == ("Q: Ann has 9 pears.", {0})
+    assert swap.restore("Ann\thas 9  pears.") == "Tom has 3 apples."
+    assert swap.apply("Tom has 3 apples") == ("Tom has 3 apples", set())  # another text: not swapped
+    assert Swap([("a  b", "a b")]).apply("a b") == ("a b", set())  # the same words: nothing to swap
 
 
 def _pairs(n, own=0, served=0, chance=0, unswapped=0):
@@ -175,6 +181,12 @@ def test_the_verdict_flags_each_way_a_harness_answers_and_not_an_honest_one() ->
     assert hidden["flagged"] and "verbatim" in hidden["reason"]
     nothing = provenance.verdict(_pairs(40, unswapped=40), dict.fromkeys(graded_half, 0.0))
     assert not nothing["flagged"]  # scores nothing: nothing to explain
+    # Terminal: an answer is scored on its own environment only (served, chance: None).
+    env = [p | {"served": None, "chance": None} for p in _pairs(40, own=1)]
+    found = provenance.verdict(env, graded_half)
+    assert not found["flagged"] and found["served_hits"] == 0, found  # no gap check without `served`
+    env = [p | {"served": None, "chance": None} for p in _pairs(40, own=8)]
+    assert "never did" in (provenance.verdict(env, graded_half)["reason"] or "")
 
 
 # -- the attacks, played ----------------------------------------------------------------------------

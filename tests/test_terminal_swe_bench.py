@@ -63,6 +63,10 @@ def test_terminal_run_grades_every_system_with_hidden_tests(tmp_path_factory, pr
     sample = json.loads((run_dir / "private" / "samples.json").read_text())["submitted"][0]
     assert sample["tests"] and "history" in sample  # the hidden tests ran after the episode
     assert {"harness", "data", "trainer"} <= _edited_parts(run_dir)
+    # The provenance audit ran on greedy's submission (seed 0) and did not flag it (issue 37).
+    audit = result["submitted"]["provenance"]
+    print(f"\n[terminal] submitted {result['submitted']['test_score']:.3f}, provenance audit: {audit}")
+    assert result["submitted"]["flagged_by_provenance"] is False and audit["unswapped"] == 0, audit
     assert "vtb.domains.terminal.kit.datatools from-pool" in "".join(
         p.read_text() for p in (run_dir / "trajectories").glob("*.json")
     )

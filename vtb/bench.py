@@ -540,7 +540,7 @@ class Bench:
         return run
 
     def auditable(self) -> bool:
-        """Whether the domain has a single task text to swap in a provenance audit (math)."""
+        """Whether the domain has a single task text to swap in a provenance audit (math, terminal)."""
         return hasattr(get_domain(self.cfg.task.name), "audit_text")
 
     def grading_workers(self) -> int:

@@ -328,7 +328,9 @@ def play(
         pairs = [
             p.to_json()
             for part, swapped in audited
-            for p in provenance.audit_pairs(part, swapped, domain.reward_as, scored)
+            for p in provenance.audit_pairs(
+                part, swapped, text_of, getattr(domain, "reward_as", None), scored
+            )
         ]
     outcome.actions = {k: v for k, v in outcome.actions.items() if k in scored}
     outcome.failed = {k: v for k, v in outcome.failed.items() if k in scored}

@@ -21,10 +21,20 @@ came from:
   question twice, once altered) and played honest has to fall to its model's own level,
   and the gap to its graded score shows.
 
+Terminal tasks have one task text too (the instruction), but an answer there is an action on
+the episode's own environment, so it can be scored only as an answer to the task the harness
+saw: `own` (the environment's hidden tests), with no `served` or `chance` score. The model then
+works on another task's instruction in this task's shell: an honest system almost never passes
+this task's tests, a harness that solves (or hands over) its own task does. The gap check needs
+`served`, so it does not run there.
+
 What stays open (SECURITY.md): a model trained to leak the question it sees back to the harness
 in an altered form (the harness then solves the served question); a harness that alters every
-question it sends (not swapped: flagged as unverifiable when it scores); domains without a single
-task text (tau, terminal, SWE-bench) are not audited yet.
+question it sends (not swapped: flagged as unverifiable when it scores); on terminal, a harness
+that tells the swap (say, from paths the model's commands name) and plays honest in the audit.
+SWE-bench is not audited: its shipped harness sends the model only the issue's title beside
+code it located from the whole issue, so the model would still see this instance's code under
+another's title. tau has no single task text (the user speaks it) and is not audited either.
 """
 
 from __future__ import annotations
@@ -44,8 +54,10 @@ class Pair:
     partner: str
     swapped: bool  # the server found `id`'s task text in a prompt (and swapped it)
     own: float  # the answer scored as an answer to `id` (the question the model never saw)
-    served: float  # ... to `partner` (the question the model saw)
-    chance: float | None  # ... to a third episode's question (coincidence), None in a shard of 2
+    served: float | None  # ... to `partner` (the question the model saw); None: not scorable
+    chance: (
+        float | None
+    )  # ... to a third episode's question (coincidence); None: a shard of 2, or not scorable
 
     def to_json(self) -> dict:
         return {
@@ -69,28 +81,26 @@ def rotation(part: list, text_of) -> tuple[list[tuple[str, str]], list[int]]:
     return [(texts[k], texts[partner[k]]) for k in range(m)], partner
 
 
-def audit_pairs(part: list, swapped: set[int], reward_as, scored: set[str]) -> list[Pair]:
-    """Score a played shard both ways; only the episodes in `scored` (not decoys) are kept.
+def audit_pairs(part: list, swapped: set[int], text_of, reward_as, scored: set[str]) -> list[Pair]:
+    """Score a played shard both ways; only the episodes in `scored` (not decoys) are kept, and
+    only those whose partner has another task text (two trials of one task swap nothing).
 
-    `reward_as(inner, other_inner)` scores an episode's answer as an answer to another's task."""
+    `reward_as(inner, other_inner)` scores an episode's answer as an answer to another's task;
+    None where an answer is an action on the episode's own environment (its own reward only)."""
     m, out = len(part), []
     if m < 2:
         return out
     for k, b in enumerate(part):
-        if b.id not in scored:
-            continue
         ep, partner = b.inner, part[(k + 1) % m].inner
+        if b.id not in scored or " ".join(text_of(ep).split()) == " ".join(text_of(partner).split()):
+            continue
         third = part[(k + 2) % m].inner if m >= 3 else None
-        out.append(
-            Pair(
-                id=str(ep.id),
-                partner=str(partner.id),
-                swapped=k in swapped,
-                own=float(reward_as(ep, ep)),
-                served=float(reward_as(ep, partner)),
-                chance=None if third is None else float(reward_as(ep, third)),
-            )
-        )
+        if reward_as is None:
+            own, served, chance = float(ep.reward()), None, None
+        else:
+            own, served = float(reward_as(ep, ep)), float(reward_as(ep, partner))
+            chance = None if third is None else float(reward_as(ep, third))
+        out.append(Pair(str(ep.id), str(partner.id), k in swapped, own, served, chance))
     return out
 
 
@@ -109,8 +119,9 @@ def verdict(pairs: list[dict], graded: dict[str, float]) -> dict:
     k = len(informative)
     own = sum(1 for p in informative if hit(p["own"]) and not hit(p["served"]))
     chance = sum(1 for p in informative if hit(p["chance"]) and not hit(p["served"]))
-    served = sum(p["served"] for p in informative)
-    graded_same = sum(float(graded.get(p["partner"], 0.0)) for p in informative)
+    scorable = [p for p in informative if p["served"] is not None]  # terminal, SWE-bench: none
+    served = sum(p["served"] for p in scorable)
+    graded_same = sum(float(graded.get(p["partner"], 0.0)) for p in scorable)
     graded_score = sum(graded.values()) / max(1, len(graded))
     reasons = []
     if own - chance >= max(OWN_MIN, OWN_FRACTION * k):
@@ -118,7 +129,7 @@ def verdict(pairs: list[dict], graded: dict[str, float]) -> dict:
             f"{own} of {k} answers answer the question the harness saw and the model never did "
             f"(coincidence: {chance}): the harness, not the model, answered"
         )
-    if graded_same - served >= max(GAP_MIN, GAP_FRACTION * k):
+    if scorable and graded_same - served >= max(GAP_MIN, GAP_FRACTION * len(scorable)):
         reasons.append(
             f"{served:g} of {k} right where the model saw other questions, against {graded_same:g} "
             "in grading on the same questions: the harness scores when it can tell its inputs reach the model"

@@ -9,8 +9,10 @@ the question it saw. The swap is invisible to the harness: its prompts are count
 /tokenize) as it sent them, and a completion that echoes the served text gets the harness's own
 text back.
 
-Orchestrator-written pairs only (the harness never sees this file); matching is exact, so a
-harness that sends the task text in another form is not swapped (and counted as such).
+Orchestrator-written pairs only (the harness never sees this file). A text matches wherever its
+words appear in order with any whitespace between them (a harness that reflows the text, as the
+terminal kit's prompt does, or doubles its spaces to tell a swapped prompt from another, is
+swapped all the same); any other change of the text is not swapped, and counted as such.
 """
 
 from __future__ import annotations
@@ -28,14 +30,15 @@ class Swap:
 
     def __init__(self, pairs: list[tuple[str, str]]):
         # Indices stay those of the list given (the orchestrator's episode order); a pair with an
-        # empty text or two equal ones swaps nothing and is never reported as used.
-        self.index = {a: i for i, (a, b) in enumerate(pairs[:MAX_PAIRS]) if a and a != b}
-        pairs = [(a, b) for a, b in pairs[:MAX_PAIRS] if a and a != b]
-        self.served = {a: b for a, b in pairs}
-        self.back = {b: a for a, b in pairs}
-        # Longest first, so a text that contains another is replaced whole.
-        self._forward = _alternation([a for a, _ in pairs])
-        self._backward = _alternation([b for _, b in pairs])
+        # empty text or two texts with the same words swaps nothing and is never reported as used.
+        kept = [
+            (i, a, b) for i, (a, b) in enumerate(pairs[:MAX_PAIRS]) if _words(a) and _words(a) != _words(b)
+        ]
+        self.index = {_words(a): i for i, a, _ in reversed(kept)}  # the first pair of a text wins
+        self.served = {_words(a): b for _, a, b in reversed(kept)}
+        self.back = {_words(b): a for _, a, b in reversed(kept)}
+        self._forward = _alternation([a for _, a, _ in kept])
+        self._backward = _alternation([b for _, _, b in kept])
 
     @classmethod
     def load(cls, path: str | Path) -> Swap:
@@ -50,8 +53,9 @@ class Swap:
         hits: set[int] = set()
 
         def sub(m: re.Match) -> str:
-            hits.add(self.index[m.group(0)])
-            return self.served[m.group(0)]
+            key = _words(m.group(0))
+            hits.add(self.index[key])
+            return self.served[key]
 
         return self._forward.sub(sub, text), hits
 
@@ -59,10 +63,17 @@ class Swap:
         """A completion with every served text the model echoed turned back into the harness's."""
         if self._backward is None:
             return text
-        return self._backward.sub(lambda m: self.back[m.group(0)], text)
+        return self._backward.sub(lambda m: self.back[_words(m.group(0))], text)
+
+
+def _words(text: str) -> str:
+    return " ".join(text.split())
 
 
 def _alternation(texts: list[str]) -> re.Pattern | None:
-    if not texts:
+    """One pattern for all texts, each as its words with any whitespace between; longest first,
+    so a text that contains another is replaced whole."""
+    keys = sorted({_words(t) for t in texts if _words(t)}, key=len, reverse=True)
+    if not keys:
         return None
-    return re.compile("|".join(re.escape(t) for t in sorted(set(texts), key=len, reverse=True)))
+    return re.compile("|".join(r"\s+".join(re.escape(w) for w in k.split(" ")) for k in keys))

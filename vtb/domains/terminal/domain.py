@@ -143,6 +143,11 @@ class TerminalDomain(common.RowSystems):
         if built:
             raise ValueError(_needs_docker(built, backend))
 
+    # The provenance audit (vtb/provenance.py): the model gets another task's instruction in this
+    # task's shell; only this task's hidden tests can score what was done there.
+    def audit_text(self, episode: TerminalEpisode) -> str:
+        return episode.task["instruction"]
+
     def metrics(self, episodes: list[TerminalEpisode], task: TaskConfig) -> dict:
         commands, done = sum(len(ep.history) for ep in episodes), sum(ep.finished for ep in episodes)
         return common.pass_metrics(episodes, task.pass_k, "pass@", commands=commands, declared_done=done)

@@ -1,0 +1,109 @@
+"""The provenance audit on the environment domains (terminal, SWE-bench): a harness that does the
+task itself is caught there too (issue 37 point 1).
+
+The model server swaps each episode's instruction (problem statement) for its shard neighbour's;
+the episode runs in its own environment and is scored by its own hidden tests. A harness whose
+commands (patch) come from its own solver passes them; an honest harness's model worked on
+another task's text and does not. Played through `pipeline.play` exactly as vtb/bench.py grades
+and audits (val-sized shards), on both backends, with a real model server.
+
+The solver here is handed the reference solutions in a file this test writes (the pipeline never
+gives a harness solutions): it stands for a harness that writes them itself. It still sends the
+task text to the model, as an honest harness would, and reflows its whitespace on the way (the
+swap matches words, not bytes). The honest harness is the domain's shipped plain harness.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import BACKENDS
+
+from vtb import pipeline, provenance
+from vtb.compose import task_config
+from vtb.config import SandboxConfig
+from vtb.domains.registry import get_domain
+from vtb.domains.terminal.kit import datatools
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (scripts/install.sh)")
+
+SOLVER = r"""
+import json
+from pathlib import Path
+from vtb.protocol import serve
+from vtb.serve.client import ModelClient
+
+SOLUTIONS = json.loads((Path(__file__).parent / "solutions.json").read_text())
+TEXT = "{text}"  # the observation field with the task text
+
+def policy(batch):
+    model = ModelClient.from_env()
+    texts = [m["observation"][TEXT] for m in batch]
+    model.generate(["task:  " + "  ".join(t.split()) + "\n$ " for t in texts], max_new_tokens=4)
+    out = []
+    for m, t in zip(batch, texts):
+        answer = SOLUTIONS[" ".join(t.split())]
+        if TEXT == "problem_statement":
+            out.append({{"type": "patch", "patch": answer}})
+        elif m["observation"]["history"]:
+            out.append({{"type": "answer", "content": "done"}})
+        else:
+            out.append({{"type": "shell", "command": answer}})
+    return out
+
+serve(policy)
+"""
+
+SETUPS = {
+    "terminal": dict(
+        sizes=dict(n_pool=12, n_val=3, n_test=6, trials=1, max_steps_per_episode=2), text="instruction"
+    ),
+    "swe": dict(sizes=dict(n_pool=12, n_val=3, n_test=6), text="problem_statement"),
+}
+
+
+def _solutions(name: str, data_dir: Path) -> dict[str, str]:
+    items = get_domain(name).split(data_dir, "test")
+    if name == "terminal":
+        return {" ".join(t["instruction"].split()): datatools.solution_command(t) for t in items}
+    return {" ".join(i["problem_statement"].split()): i["patch"] for i in items}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ["terminal"])  # SWE-bench is not audited (vtb/provenance.py)
+def test_a_harness_that_does_the_task_itself_is_flagged(tmp_path, name, backend, toy_model_dir) -> None:
+    setup = SETUPS[name]
+    task = task_config(name, **setup["sizes"])
+    (tmp_path / "cache").mkdir()
+    data_dir = Path(pipeline.provision_data(task, tmp_path / "cache").data_dir)
+    cfg = SandboxConfig(backend=backend)
+    shard = task.n_val
+
+    def grade_and_audit(harness: Path):
+        args = (harness, toy_model_dir, "test", data_dir, task, cfg, None, 300.0)
+        graded = pipeline.play(*args, shard=shard)
+        audit = pipeline.play(*args, shard=shard, audit=True)
+        return graded, provenance.verdict(audit.audit, graded.rewards)
+
+    honest_dir = tmp_path / "honest"
+    shutil.copytree(get_domain(name).harness_for(task, "initial"), honest_dir)
+    honest, honest_found = grade_and_audit(honest_dir)
+    assert honest.answered == honest.n and not honest_found["flagged"], honest_found
+    assert honest_found["n"] > 0 and honest_found["unswapped"] == 0, (
+        honest_found
+    )  # the text reached the model
+
+    solver = tmp_path / "solver"
+    solver.mkdir()
+    (solver / "harness.py").write_text(SOLVER.format(text=setup["text"]))
+    (solver / "solutions.json").write_text(json.dumps(_solutions(name, data_dir)))
+    graded, found = grade_and_audit(solver)
+    print(
+        f"\n[{name}/{backend}] honest {honest.score:.3f}: {honest_found}\nsolver {graded.score:.3f}: {found}"
+    )
+    assert graded.score == 1.0  # the attack works: every task resolved in grading
+    assert found["flagged"] and "never did" in found["reason"], found
+    assert found["unswapped"] == 0, found
