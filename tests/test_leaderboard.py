@@ -216,3 +216,30 @@ def test_test_splits_are_never_pooled() -> None:
     labels = {r.task for r in rows(results)}
     assert {"math [split aaaaaaaa]", "math [split bbbbbbbb]", "math [public split]", "tau"} == labels
     assert not [p for p in pairs(results) if "split" in p.task and p.a == p.b]
+
+
+def test_runs_whose_figures_cannot_match_bit_for_bit_are_never_pooled() -> None:
+    """Issue 38: a sweep over a mixed work pool pooled machines whose CPU code paths differ (the
+    same config and seed gave 0.510 on one, 0.170 on another). Runs are pooled only where their
+    reproducibility fingerprints (vtb/repro.py) agree; the others are listed apart."""
+
+    def on(fp: str | None, mode: str, *args) -> dict:
+        return _result(*args) | ({"reproducibility": {"id": fp, "mode": mode}} if fp else {})
+
+    same = [on("aaaa", "reproducible", "math", "greedy", s, 0.5, 0.0, 0.8) for s in range(2)]
+    table = {(r.task, r.agent): r for r in rows(same)}
+    assert table[("math", "greedy")].seeds == 2  # one fingerprint: the task's plain label
+    mixed = same + [on("bbbb", "reproducible", "math", "greedy", 2, 0.1, 0.0, 0.8)]
+    mixed += [
+        on("cccc", "native", "math", "greedy", 3, 0.9, 0.0, 0.8),
+        on(None, "", "math", "greedy", 4, 0.2, 0.0, 0.8),
+    ]
+    table = {(r.task, r.agent): r for r in rows(mixed)}
+    assert set(table) == {
+        ("math [cpu aaaa]", "greedy"),
+        ("math [cpu bbbb]", "greedy"),
+        ("math [cpu native cccc]", "greedy"),
+        ("math [cpu unrecorded]", "greedy"),
+    }
+    assert table[("math [cpu aaaa]", "greedy")].seeds == 2
+    assert table[("math [cpu aaaa]", "greedy")].score == pytest.approx(0.5)

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from vtb import analysis, contamination, keys, noise, pipeline, progress, provenance, record, runner
+from vtb import analysis, contamination, keys, noise, pipeline, progress, provenance, record, repro, runner
 from vtb import preflight as preflight_checks
 from vtb.agents import Feedback, best_of, make_agent
 from vtb.blind import null_model, secret_of
@@ -175,6 +175,8 @@ class Bench:
         )
         self.data_dir = Path(self.data.data_dir)
         self.initial = self._preflight()
+        self.reproducibility = repro.fingerprint(cfg.sandbox)  # a few seconds, on this machine
+        self._log(f"reproducibility fingerprint {repro.line(self.reproducibility)}")
         self.model = self._provision_model(cfg.model, "provision-model")
         self.base_dir = Path(self.model.base_dir)
         self._log(f"data {self.data.counts}, base model {self.model.n_params} params")
@@ -607,6 +609,7 @@ class Bench:
             scan,
             determinism,
             studied,
+            self.reproducibility,
         )
         result = self.rec.finish(self.cfg, outcome, self.ledger, self.store)
         self.rec.write_timings(time.monotonic() - self.t0, self.timings)

@@ -138,6 +138,9 @@ class EngineConfig:
 class SandboxConfig:
     backend: str = "bwrap"
     threads: int = 2  # torch/OMP threads inside the sandbox
+    # The same CPU code paths on every x86-64 machine with AVX2 (vtb/sandbox/runtime.py
+    # REPRODUCIBLE_CPU): the same figures anywhere, at a speed cost measured in the README
+    reproducible: bool = True
     step_wall_s: float = 900.0  # per sandboxed step
     step_cpu_s: float = 1800.0  # per sandboxed step, whole process tree
     # One cap for everything a sandbox holds at once (processes, /tmp and /dev/shm): a cgroup

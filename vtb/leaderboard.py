@@ -128,8 +128,19 @@ def _split(result: dict) -> tuple[str, str]:
     return str(split.get("kind", "")), str(split.get("salt_sha256", ""))
 
 
+def _machine(result: dict) -> str:
+    """The run's reproducibility fingerprint id (vtb/repro.py): "native" for a run whose CPU code
+    paths were not pinned, "" for a record from before it was kept."""
+    fp = result.get("reproducibility")
+    if not isinstance(fp, dict):
+        return ""
+    return str(fp.get("id", "")) if fp.get("mode") == "reproducible" else f"native {fp.get('id', '')}"
+
+
 def task_labels(results: list[dict]) -> list[str]:
-    """Each run's task as ranked: its own split's, so that no figure pools two test splits."""
+    """Each run's task as ranked: its own split's and its own fingerprint's, so that no figure
+    pools two test splits, or runs whose numbers cannot match bit for bit (issue 38). Where a
+    task's runs all share one fingerprint, the label is the task's alone."""
     hidden: dict[str, set[str]] = {}
     for r in results:
         kind, sha = _split(r)
@@ -144,7 +155,13 @@ def task_labels(results: list[dict]) -> list[str]:
             labels.append(f"{r['task']} [split {sha[:8]}]")
         else:
             labels.append(r["task"])
-    return labels
+    machines: dict[str, set[str]] = {}
+    for r, label in zip(results, labels, strict=True):
+        machines.setdefault(label, set()).add(_machine(r))
+    return [
+        f"{label} [cpu {_machine(r) or 'unrecorded'}]" if len(machines[label]) > 1 else label
+        for r, label in zip(results, labels, strict=True)
+    ]
 
 
 def _groups(results: list[dict], exclude_flagged: bool) -> dict[tuple[str, str], list[dict]]:

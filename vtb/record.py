@@ -24,6 +24,7 @@ from vtb.config import BenchConfig
 from vtb.domains import salt
 from vtb.hashing import code_version
 from vtb.ledger import Ledger
+from vtb.repro import line as repro_line
 from vtb.results import RunOutcome
 
 
@@ -158,6 +159,8 @@ class RunRecord:
                 "kind": salt.split_kind(run.data.test_salt_sha256),
                 "salt_sha256": run.data.test_salt_sha256,
             },
+            # which runs' figures this one's can match bit for bit (vtb/repro.py)
+            "reproducibility": run.reproducibility,
             "agent": cfg.agent.name,
             "model": cfg.model.name,
             "seed": cfg.seed,
@@ -394,6 +397,7 @@ def summary_table(result: dict) -> str:
         ("research agent's LLM", f"{b.get('agent_tokens', 0)} tokens, ${b.get('agent_cost_usd', 0.0):.4f}"),
         ("gain by part (val)", ", ".join(f"{k} {v:+.3f}" for k, v in result["gains_by_part"].items()) or "-"),
         ("test split", split_line(result.get("test_split"))),
+        ("reproducibility", repro_line(result.get("reproducibility"))),
         ("contamination scan", contamination_line(result.get("contamination"))),
         *_analysis_rows(result.get("analysis")),
         ("run record", result["record"]),

@@ -183,3 +183,4 @@ class RunOutcome:
     contamination: dict | None = None  # the submission's contamination scan (vtb/contamination.py)
     determinism: dict | None = None  # the submission graded twice (bench option regrade_check)
     analysis: dict | None = None  # the co-design grid and the path's test scores (vtb/analysis.py)
+    reproducibility: dict | None = None  # the machine's fingerprint (vtb/repro.py)

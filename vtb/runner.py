@@ -489,6 +489,11 @@ def sandbox_for(cfg: SandboxConfig) -> Sandbox:
     """The sandbox backend a run's config names, with its threads, GPUs and docker image."""
     if cfg.backend == "docker":
         return make_sandbox(
-            "docker", threads=cfg.threads, image=cfg.image, gpus=cfg.gpus, runtime=cfg.runtime
+            "docker",
+            threads=cfg.threads,
+            image=cfg.image,
+            gpus=cfg.gpus,
+            runtime=cfg.runtime,
+            reproducible=cfg.reproducible,
         )
-    return make_sandbox(cfg.backend, threads=cfg.threads, gpus=cfg.gpus)
+    return make_sandbox(cfg.backend, threads=cfg.threads, gpus=cfg.gpus, reproducible=cfg.reproducible)

@@ -212,8 +212,9 @@ class BwrapSandbox:
         gpus: str | None = None,
         gpu_reader: NvmlReader | None = None,
         memory_cgroup: bool | None = None,
+        reproducible: bool = True,
     ) -> None:
-        self.threads = threads
+        self.threads, self.reproducible = threads, reproducible
         self.max_stdout_chars = max_stdout_chars
         self.tmp_mb = tmp_mb
         self.hardened = preflight(bwrap)  # False on bwrap < 0.8: see HARDEN_FLAGS
@@ -240,11 +241,11 @@ class BwrapSandbox:
 
     def env(self, limits: Limits, env: dict[str, str] | None) -> dict[str, str]:
         if self.gpus is None:
-            return sandbox_env(self.threads, limits, env)
+            return sandbox_env(self.threads, limits, env, self.reproducible)
         # PCI order makes CUDA's device numbers NVML's (and the device nodes'); a caller's own
         # CUDA_VISIBLE_DEVICES (e.g. "" for a CPU-only step) wins.
         visible = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(map(str, self.gpus))}
-        return sandbox_env(self.threads, limits, {**visible, **(env or {})})
+        return sandbox_env(self.threads, limits, {**visible, **(env or {})}, self.reproducible)
 
     def tmpfs_mb(self, memory_mb: int | None, capped: bool) -> int:
         """Size of /tmp and of /dev/shm each: within the memory cap (half of it without a cgroup)."""

@@ -242,10 +242,11 @@ class DockerSandbox:
         tmp_mb: int = 4096,
         client=None,
         gpu_reader: NvmlReader | None = None,
+        reproducible: bool = True,
     ) -> None:
         import docker
 
-        self.threads = threads
+        self.threads, self.reproducible = threads, reproducible
         if runtime not in ("host", "image"):  # "native" only through with_image
             raise ValueError(f"sandbox.runtime={runtime!r} is not one of host, image")
         self.image = image
@@ -363,7 +364,7 @@ class DockerSandbox:
         for m in mounts:
             check_mount(m)
         given = env or {}
-        env = sandbox_env(self.threads, limits, env)
+        env = sandbox_env(self.threads, limits, env, self.reproducible)
         if self.runtime == "native":  # the image's own PATH and HOME (its ENV), unless asked otherwise
             env = {k: v for k, v in env.items() if k not in NATIVE_OWN_ENV or k in given}
         if self.runtime == "image":

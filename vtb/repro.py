@@ -1,0 +1,93 @@
+"""The run's reproducibility fingerprint: which CPU figures it can be compared with bit for bit.
+
+Every sandbox of a bench runs with the same pinned CPU code paths (sandbox.reproducible,
+vtb/sandbox/runtime.py REPRODUCIBLE_CPU) and thread count, so two x86-64 machines with AVX2
+give the same losses, FLOPs, val path and scores for the same config and seed. What could still
+differ (a machine without AVX2, another torch or transformers, another thread count, the mode
+off) shows in the fingerprint: the pins, the versions, and the hash of a short fixed training
+run in a sandbox of this bench (vtb/engine/probe.py). The leaderboard pools only runs whose
+fingerprints agree (vtb/leaderboard.py), and lists the others apart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from importlib import metadata
+
+from vtb.config import SandboxConfig
+from vtb.sandbox import runtime_mounts
+from vtb.sandbox.base import Limits
+from vtb.sandbox.runtime import REPRODUCIBLE_CPU
+
+PROBE_SECONDS = 120.0
+KEYS = ("probe", "cpu_capability", "threads", "torch")
+
+
+def fingerprint(cfg: SandboxConfig) -> dict:
+    """The probe run in a sandbox of `cfg`, with the pins and versions: {"id", ...}. Once per
+    process and sandbox shape: the machine does not change under a running process."""
+    shape = (cfg.backend, cfg.threads, cfg.reproducible, cfg.image, cfg.runtime, cfg.gpus, cfg.memory_mb)
+    if shape not in _SEEN:
+        _SEEN[shape] = _fingerprint(cfg)
+    return dict(_SEEN[shape])
+
+
+_SEEN: dict[tuple, dict] = {}
+
+
+def _fingerprint(cfg: SandboxConfig) -> dict:
+    from vtb import runner
+
+    sandbox = runner.sandbox_for(cfg)
+    limits = Limits(wall_seconds=PROBE_SECONDS, cpu_seconds=PROBE_SECONDS, memory_mb=cfg.memory_mb)
+    result = sandbox.run([runner.PYTHON, "-m", "vtb.engine.probe"], mounts=runtime_mounts(), limits=limits)
+    if result.returncode != 0:
+        raise RuntimeError(f"the reproducibility probe failed in the sandbox: {result.stderr[-1000:]}")
+    probe = parse(result.stdout)
+    out = {
+        "mode": "reproducible" if cfg.reproducible else "native",
+        "pins": dict(REPRODUCIBLE_CPU) if cfg.reproducible else {},
+        **probe,
+        "transformers": _version("transformers"),
+    }
+    out["id"] = hashlib.sha256(json.dumps(out, sort_keys=True).encode()).hexdigest()[:12]
+    return out
+
+
+def parse(stdout: str) -> dict:
+    """The probe's last line, checked field by field (it prints nothing else of use)."""
+    try:
+        found = json.loads(stdout.strip().splitlines()[-1][:4096])
+        out = {k: found[k] for k in KEYS}
+    except (IndexError, KeyError, TypeError, ValueError) as e:
+        raise RuntimeError(f"the reproducibility probe printed no result: {stdout[-300:]!r}") from e
+    if not all(
+        isinstance(out[k], str) and 0 < len(out[k]) <= 64 for k in ("probe", "cpu_capability", "torch")
+    ):
+        raise RuntimeError(f"the reproducibility probe printed an odd result: {out!r}")
+    if not isinstance(out["threads"], int) or not 0 < out["threads"] <= 4096:
+        raise RuntimeError(f"the reproducibility probe printed an odd thread count: {out['threads']!r}")
+    return out
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+def line(fp: dict | None) -> str:
+    """One line for the report: the id and what it pins."""
+    if not fp:
+        return "not recorded"
+    mode = (
+        "pinned CPU code paths"
+        if fp.get("mode") == "reproducible"
+        else "native CPU code paths (not comparable)"
+    )
+    return (
+        f"{fp.get('id')} ({mode}; kernels {fp.get('cpu_capability')}, {fp.get('threads')} threads, "
+        f"torch {fp.get('torch')}, transformers {fp.get('transformers')})"
+    )
