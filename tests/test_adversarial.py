@@ -48,8 +48,10 @@ def _bench(tmp_path: Path, backend: str) -> tuple[subprocess.CompletedProcess, i
         "agent.usage=claude",
         "agent.max_iterations=3",
         "agent.turn_wall_s=300",
-        "analysis.grid=true",  # the grid grades the hostile harness again: through the same path
-        "analysis.path=true",
+        # the grid grades the hostile harness again, through the same path on either backend:
+        # on bwrap only (CI time)
+        f"analysis.grid={str(backend == 'bwrap').lower()}",
+        f"analysis.path={str(backend == 'bwrap').lower()}",
         "null_model_check=true",
         "provenance_check=true",  # the hostile harness answers with its own solver
         "hydra/job_logging=none",
@@ -139,9 +141,10 @@ def test_hostile_agent_gains_nothing(tmp_path, backend) -> None:
     # The co-design grid graded this submission's parts again, mixed with the initial ones,
     # through the same train step and grading play (nothing new read from a sandbox): every mix
     # scored in [0, 1], the run finished, and the leak checks below cover its snapshots too.
-    grid = result["analysis"]["grid"]
-    assert len(grid["corners"]) == 8 and all(0.0 <= c["test_score"] <= 1.0 for c in grid["corners"]), grid
-    assert grid["corners"][-1]["test_score"] == sub["test_score"]
+    if backend == "bwrap":
+        grid = result["analysis"]["grid"]
+        assert len(grid["corners"]) == 8 and all(0.0 <= c["test_score"] <= 1.0 for c in grid["corners"]), grid
+        assert grid["corners"][-1]["test_score"] == sub["test_score"]
 
     # The ledger: no negative, non-finite or forged entry; the bill is what was metered.
     entries = [json.loads(line) for line in (run_dir / "ledger.jsonl").read_text().splitlines()]

@@ -22,7 +22,7 @@ from vtb.config import SandboxConfig
 from vtb.engine.infer import Engine
 
 OBSERVER = r"""
-import hashlib, json, os, re, resource, socket, time
+import hashlib, json, os, re, resource, socket, sys, time
 from vtb.protocol import serve
 from vtb.serve.client import ModelClient
 
@@ -41,8 +41,12 @@ def mountinfo():
     return sorted(out)  # dockerd orders sibling mounts arbitrarily, per container, in every mode
 
 def listing(top):
+    # The runtime is mounted at its host path: a checkout under /tmp puts a whole virtualenv
+    # under /tmp (42 MB of listing, the play timed out). It is the same read-only mount in
+    # every play: skipped.
     got = []
     for root, dirs, files in os.walk(top):
+        dirs[:] = [d for d in dirs if os.path.join(root, d) != sys.prefix]
         for n in sorted(dirs + files):
             p = os.path.join(root, n)
             st = os.lstat(p)

@@ -219,7 +219,10 @@ def test_a_harness_that_answers_for_its_model_is_flagged(tmp_path, backend, copi
     assert honest.answered == 8 and not honest_verdict["flagged"], honest_verdict
     lines = [f"honest {honest.score:.3f}: {honest_verdict}"]
     lifted = []
-    for name, code in ATTACKS.items():
+    # The swap is the model server's (one code path on both backends): docker plays the issue's
+    # own attack, bwrap every variant (CI time, issue 37 point 4).
+    attacks = ATTACKS if backend == "bwrap" else {"fingerprint": FINGERPRINT}
+    for name, code in attacks.items():
         harness = tmp_path / name
         harness.mkdir()
         (harness / "harness.py").write_text(code)
@@ -232,4 +235,4 @@ def test_a_harness_that_answers_for_its_model_is_flagged(tmp_path, backend, copi
             lifted.append(name)
     print(f"\n[{backend}] " + "\n".join(lines))
     # The attacks work (else the test shows nothing): each lifts the graded score, and is flagged.
-    assert lifted == list(ATTACKS), lines
+    assert lifted == list(attacks), lines

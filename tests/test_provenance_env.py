@@ -59,7 +59,7 @@ serve(policy)
 
 SETUPS = {
     "terminal": dict(
-        sizes=dict(n_pool=12, n_val=3, n_test=6, trials=1, max_steps_per_episode=2), text="instruction"
+        sizes=dict(n_pool=12, n_val=2, n_test=4, trials=1, max_steps_per_episode=2), text="instruction"
     ),
     "swe": dict(sizes=dict(n_pool=12, n_val=3, n_test=6), text="problem_statement"),
 }
@@ -88,22 +88,21 @@ def test_a_harness_that_does_the_task_itself_is_flagged(tmp_path, name, backend,
         audit = pipeline.play(*args, shard=shard, audit=True)
         return graded, provenance.verdict(audit.audit, graded.rewards)
 
-    honest_dir = tmp_path / "honest"
-    shutil.copytree(get_domain(name).harness_for(task, "initial"), honest_dir)
-    honest, honest_found = grade_and_audit(honest_dir)
-    assert honest.answered == honest.n and not honest_found["flagged"], honest_found
-    assert honest_found["n"] > 0 and honest_found["unswapped"] == 0, (
-        honest_found
-    )  # the text reached the model
+    honest_found: dict = {"skipped": "the shipped harness is checked on bwrap"}
+    if backend == "bwrap":  # the swap is the model server's, one code path on both backends
+        honest_dir = tmp_path / "honest"
+        shutil.copytree(get_domain(name).harness_for(task, "initial"), honest_dir)
+        honest, honest_found = grade_and_audit(honest_dir)
+        assert honest.answered == honest.n and not honest_found["flagged"], honest_found
+        # the instruction reached the model (reflowed by the kit's prompt): swapped every time
+        assert honest_found["n"] > 0 and honest_found["unswapped"] == 0, honest_found
 
     solver = tmp_path / "solver"
     solver.mkdir()
     (solver / "harness.py").write_text(SOLVER.format(text=setup["text"]))
     (solver / "solutions.json").write_text(json.dumps(_solutions(name, data_dir)))
     graded, found = grade_and_audit(solver)
-    print(
-        f"\n[{name}/{backend}] honest {honest.score:.3f}: {honest_found}\nsolver {graded.score:.3f}: {found}"
-    )
+    print(f"\n[{name}/{backend}] honest: {honest_found}\nsolver {graded.score:.3f}: {found}")
     assert graded.score == 1.0  # the attack works: every task resolved in grading
     assert found["flagged"] and "never did" in found["reason"], found
     assert found["unswapped"] == 0, found

@@ -65,14 +65,15 @@ def _train(tmp: Path, backend: str, reproducible: bool, env: dict) -> tuple[str,
 def test_pinned_code_paths_give_the_same_bits_whatever_the_machine_would_pick(tmp_path, backend) -> None:
     pinned = _train(tmp_path, backend, True, {})
     pinned_elsewhere = _train(tmp_path, backend, True, ANOTHER_MACHINE)
+    print(f"\n[{backend}] pinned {pinned}\n  elsewhere {pinned_elsewhere}")
+    assert pinned == pinned_elsewhere  # weights and losses, bit for bit
+    if backend != "bwrap":  # that the code paths matter is the CPU's, not the backend's: shown once
+        return
     native = _train(tmp_path, backend, False, {})
     native_elsewhere = _train(tmp_path, backend, False, ANOTHER_MACHINE)
-    print(
-        f"\n[{backend}] pinned {pinned}\n  elsewhere {pinned_elsewhere}\nnative {native}\n  elsewhere {native_elsewhere}"
-    )
-    assert pinned == pinned_elsewhere  # weights and losses, bit for bit
+    # (native equals pinned on an AVX2 machine such as this one; not on an AVX-512 one)
+    print(f"native {native}\n  elsewhere {native_elsewhere}")
     assert native[0] != native_elsewhere[0] and native[1] != native_elsewhere[1]  # the mode is what holds
-    assert pinned == native  # this machine's own choices are the pinned ones (AVX2, no AVX-512)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
