@@ -41,6 +41,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vtb.serve.swap import words
+
 OWN_MIN, OWN_FRACTION = 2, 0.1  # answers to the question the model never saw, past coincidence
 GAP_MIN, GAP_FRACTION = 2, 0.2  # graded minus audited hits on the same questions
 UNVERIFIABLE_FRACTION = 0.5  # episodes whose question never reached the model verbatim
@@ -55,9 +57,8 @@ class Pair:
     swapped: bool  # the server found `id`'s task text in a prompt (and swapped it)
     own: float  # the answer scored as an answer to `id` (the question the model never saw)
     served: float | None  # ... to `partner` (the question the model saw); None: not scorable
-    chance: (
-        float | None
-    )  # ... to a third episode's question (coincidence); None: a shard of 2, or not scorable
+    # ... to a third episode's question (coincidence); None: a shard of 2, or not scorable
+    chance: float | None
 
     def to_json(self) -> dict:
         return {
@@ -92,7 +93,7 @@ def audit_pairs(part: list, swapped: set[int], text_of, reward_as, scored: set[s
         return out
     for k, b in enumerate(part):
         ep, partner = b.inner, part[(k + 1) % m].inner
-        if b.id not in scored or " ".join(text_of(ep).split()) == " ".join(text_of(partner).split()):
+        if b.id not in scored or words(text_of(ep)) == words(text_of(partner)):
             continue
         third = part[(k + 2) % m].inner if m >= 3 else None
         if reward_as is None:

@@ -31,12 +31,10 @@ class Swap:
     def __init__(self, pairs: list[tuple[str, str]]):
         # Indices stay those of the list given (the orchestrator's episode order); a pair with an
         # empty text or two texts with the same words swaps nothing and is never reported as used.
-        kept = [
-            (i, a, b) for i, (a, b) in enumerate(pairs[:MAX_PAIRS]) if _words(a) and _words(a) != _words(b)
-        ]
-        self.index = {_words(a): i for i, a, _ in reversed(kept)}  # the first pair of a text wins
-        self.served = {_words(a): b for _, a, b in reversed(kept)}
-        self.back = {_words(b): a for _, a, b in reversed(kept)}
+        kept = [(i, a, b) for i, (a, b) in enumerate(pairs[:MAX_PAIRS]) if words(a) and words(a) != words(b)]
+        self.index = {words(a): i for i, a, _ in reversed(kept)}  # the first pair of a text wins
+        self.served = {words(a): b for _, a, b in reversed(kept)}
+        self.back = {words(b): a for _, a, b in reversed(kept)}
         self._forward = _alternation([a for _, a, _ in kept])
         self._backward = _alternation([b for _, _, b in kept])
 
@@ -53,7 +51,7 @@ class Swap:
         hits: set[int] = set()
 
         def sub(m: re.Match) -> str:
-            key = _words(m.group(0))
+            key = words(m.group(0))
             hits.add(self.index[key])
             return self.served[key]
 
@@ -63,17 +61,18 @@ class Swap:
         """A completion with every served text the model echoed turned back into the harness's."""
         if self._backward is None:
             return text
-        return self._backward.sub(lambda m: self.back[_words(m.group(0))], text)
+        return self._backward.sub(lambda m: self.back[words(m.group(0))], text)
 
 
-def _words(text: str) -> str:
+def words(text: str) -> str:
+    """A text as its words with single spaces: what the swap matches on."""
     return " ".join(text.split())
 
 
 def _alternation(texts: list[str]) -> re.Pattern | None:
     """One pattern for all texts, each as its words with any whitespace between; longest first,
     so a text that contains another is replaced whole."""
-    keys = sorted({_words(t) for t in texts if _words(t)}, key=len, reverse=True)
+    keys = sorted({words(t) for t in texts if words(t)}, key=len, reverse=True)
     if not keys:
         return None
     return re.compile("|".join(r"\s+".join(re.escape(w) for w in k.split(" ")) for k in keys))
