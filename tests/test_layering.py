@@ -44,7 +44,7 @@ LAYERS: list[tuple[str, ...]] = [
         "vtb.contamination",
         "vtb.preflight",
     ),
-    ("vtb.domains", "vtb.agents", "vtb.calibrate", "vtb.service"),
+    ("vtb.domains", "vtb.agents", "vtb.calibrate", "vtb.service", "vtb.repro", "vtb.provenance"),
     ("vtb.keys", "vtb.compose"),
     ("vtb.pipeline", "vtb.analysis"),
     ("vtb.bench",),

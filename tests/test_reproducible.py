@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import BACKENDS
 
-from vtb import repro
+from vtb import record, repro
 from vtb.config import SandboxConfig
 from vtb.sandbox import make_sandbox, runtime_mounts
 from vtb.sandbox.base import Limits, Mount
@@ -85,7 +85,7 @@ def test_the_fingerprint_names_the_pins_and_a_probe_of_this_machine(backend) -> 
     assert native["mode"] == "native" and native["id"] != fp["id"]
     if backend == "docker":  # the host's runtime mounted, the same CPU: the same fingerprint as bwrap
         assert fp["id"] == repro.fingerprint(SandboxConfig(backend="bwrap"))["id"]
-    assert repro.line(fp).startswith(fp["id"])
+    assert record.fingerprint_line(fp).startswith(fp["id"])
 
 
 def test_a_probe_that_prints_nonsense_is_refused() -> None:

@@ -176,7 +176,7 @@ class Bench:
         self.data_dir = Path(self.data.data_dir)
         self.initial = self._preflight()
         self.reproducibility = repro.fingerprint(cfg.sandbox)  # a few seconds, on this machine
-        self._log(f"reproducibility fingerprint {repro.line(self.reproducibility)}")
+        self._log(f"reproducibility fingerprint {record.fingerprint_line(self.reproducibility)}")
         self.model = self._provision_model(cfg.model, "provision-model")
         self.base_dir = Path(self.model.base_dir)
         self._log(f"data {self.data.counts}, base model {self.model.n_params} params")

@@ -129,12 +129,13 @@ def _split(result: dict) -> tuple[str, str]:
 
 
 def _machine(result: dict) -> str:
-    """The run's reproducibility fingerprint id (vtb/repro.py): "native" for a run whose CPU code
-    paths were not pinned, "" for a record from before it was kept."""
+    """The run's reproducibility fingerprint id (vtb/repro.py), prefixed with its mode ("native",
+    "gpu") where its kernels were not pinned; "" for a record from before it was kept."""
     fp = result.get("reproducibility")
     if not isinstance(fp, dict):
         return ""
-    return str(fp.get("id", "")) if fp.get("mode") == "reproducible" else f"native {fp.get('id', '')}"
+    mode, fid = str(fp.get("mode", ""))[:20], str(fp.get("id", ""))[:20]
+    return fid if mode == "reproducible" else f"{mode or 'native'} {fid}"
 
 
 def task_labels(results: list[dict]) -> list[str]:

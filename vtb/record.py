@@ -24,7 +24,6 @@ from vtb.config import BenchConfig
 from vtb.domains import salt
 from vtb.hashing import code_version
 from vtb.ledger import Ledger
-from vtb.repro import line as repro_line
 from vtb.results import RunOutcome
 
 
@@ -397,7 +396,7 @@ def summary_table(result: dict) -> str:
         ("research agent's LLM", f"{b.get('agent_tokens', 0)} tokens, ${b.get('agent_cost_usd', 0.0):.4f}"),
         ("gain by part (val)", ", ".join(f"{k} {v:+.3f}" for k, v in result["gains_by_part"].items()) or "-"),
         ("test split", split_line(result.get("test_split"))),
-        ("reproducibility", repro_line(result.get("reproducibility"))),
+        ("reproducibility", fingerprint_line(result.get("reproducibility"))),
         ("contamination scan", contamination_line(result.get("contamination"))),
         *_analysis_rows(result.get("analysis")),
         ("run record", result["record"]),
@@ -660,3 +659,17 @@ def plot_analysis(path: Path, studied: dict) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def fingerprint_line(fp: dict | None) -> str:
+    """One line for the report: the reproducibility fingerprint's id and what it pins (vtb/repro.py)."""
+    if not fp:
+        return "not recorded"
+    mode = {
+        "reproducible": "pinned CPU code paths",
+        "gpu": "GPU kernels are not pinned (not comparable bit for bit)",
+    }.get(str(fp.get("mode")), "native CPU code paths (not comparable)")
+    return (
+        f"{fp.get('id')} ({mode}; kernels {fp.get('cpu_capability')}, {fp.get('threads')} threads, "
+        f"torch {fp.get('torch')}, transformers {fp.get('transformers')})"
+    )

@@ -11,10 +11,12 @@ fingerprints agree (vtb/leaderboard.py), and lists the others apart.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from importlib import metadata
 
+from vtb import runner
 from vtb.config import SandboxConfig
 from vtb.sandbox import runtime_mounts
 from vtb.sandbox.base import Limits
@@ -37,16 +39,16 @@ _SEEN: dict[tuple, dict] = {}
 
 
 def _fingerprint(cfg: SandboxConfig) -> dict:
-    from vtb import runner
-
-    sandbox = runner.sandbox_for(cfg)
+    # The probe measures the CPU code paths: its sandbox gets no GPU (a GPU run's kernels are not
+    # pinned, and the fingerprint says so), so it needs no NVML either.
+    sandbox = runner.sandbox_for(dataclasses.replace(cfg, gpus=None))
     limits = Limits(wall_seconds=PROBE_SECONDS, cpu_seconds=PROBE_SECONDS, memory_mb=cfg.memory_mb)
     result = sandbox.run([runner.PYTHON, "-m", "vtb.engine.probe"], mounts=runtime_mounts(), limits=limits)
     if result.returncode != 0:
         raise RuntimeError(f"the reproducibility probe failed in the sandbox: {result.stderr[-1000:]}")
     probe = parse(result.stdout)
     out = {
-        "mode": "reproducible" if cfg.reproducible else "native",
+        "mode": "gpu" if cfg.gpus else "reproducible" if cfg.reproducible else "native",
         "pins": dict(REPRODUCIBLE_CPU) if cfg.reproducible else {},
         **probe,
         "transformers": _version("transformers"),
@@ -76,18 +78,3 @@ def _version(package: str) -> str:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
         return "absent"
-
-
-def line(fp: dict | None) -> str:
-    """One line for the report: the id and what it pins."""
-    if not fp:
-        return "not recorded"
-    mode = (
-        "pinned CPU code paths"
-        if fp.get("mode") == "reproducible"
-        else "native CPU code paths (not comparable)"
-    )
-    return (
-        f"{fp.get('id')} ({mode}; kernels {fp.get('cpu_capability')}, {fp.get('threads')} threads, "
-        f"torch {fp.get('torch')}, transformers {fp.get('transformers')})"
-    )

@@ -89,6 +89,7 @@ class ModelService:
     _proc: SandboxProcess | None = None
     _dir: Path | None = None
     _swap_dir: Path | None = None
+    _reader: threading.Thread | None = None  # reads the server's events (stdout) till it ends
     _key: str = ""
 
     def start(self) -> ModelService:
@@ -112,7 +113,8 @@ class ModelService:
             env.update(engine_cache_env())
         self._proc = self.sandbox.start(argv, mounts=mounts, limits=self.limits, cwd="/", env=env)
         ready: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._read_events, args=(ready,), daemon=True).start()
+        self._reader = threading.Thread(target=self._read_events, args=(ready,), daemon=True)
+        self._reader.start()
         try:
             event = ready.get(timeout=START_TIMEOUT_S)
         except queue.Empty:
@@ -173,6 +175,10 @@ class ModelService:
         except OSError:
             pass
         self.result = proc.wait(timeout=30)  # one that will not stop is killed; its meter still counts
+        # Its last events (an audit's swapped pairs) may still sit in the pipe: read them all before
+        # anyone reads `swapped` (on a loaded machine the reader can lag the exit by seconds).
+        if self._reader is not None:
+            self._reader.join(timeout=30)
         usage = self.result.usage if isinstance(self.result.usage, dict) else {}
         self.engine = str(usage.get("engine", ""))[:100]
         fallback = usage.get("engine_fallback")
