@@ -153,6 +153,35 @@ def test_the_swap_replaces_whole_texts_and_restores_echoes() -> None:
     assert Swap([("a  b", "a b")]).apply("a b") == ("a b", set())  # the same words: nothing to swap
 
 
+def test_a_repeated_text_is_one_text_to_the_swap_and_the_audit() -> None:
+    """Two episodes of one text (a decoy repeating a scored episode, two trials of a task): the
+    server cannot tell which one sent a prompt, so the rotation runs over distinct texts, and each
+    episode's partner is the first episode of the next text (CI saw 7 of 60 'unswapped' before)."""
+    from types import SimpleNamespace as NS
+
+    def episode(blind_id, ep_id, text):
+        return NS(id=blind_id, inner=NS(id=ep_id, text=text))
+
+    part = [
+        episode("b0", "a", "Q a"),
+        episode("b1", "b", "Q b"),
+        episode("b2", "a", "Q  a"),
+        episode("b3", "c", "Q c"),
+    ]
+    text_of = lambda ep: ep.text  # noqa: E731
+    assert provenance.rotation(part, text_of) == [("Q a", "Q b"), ("Q b", "Q c"), ("Q c", "Q a")]
+    reward_as = lambda ep, other: float(ep.id == other.id)  # noqa: E731 (an answer to its own question)
+    pairs = provenance.audit_pairs(part, {0, 1, 2}, text_of, reward_as, scored={"b0", "b1", "b3"})
+    assert [(p.id, p.partner, p.swapped, p.own, p.served, p.chance) for p in pairs] == [
+        ("a", "b", True, 1.0, 0.0, 0.0),
+        ("b", "c", True, 1.0, 0.0, 0.0),
+        ("c", "a", True, 1.0, 0.0, 0.0),
+    ]
+    both = provenance.audit_pairs(part, {1}, text_of, reward_as, scored={"b0", "b2"})
+    assert [(p.id, p.partner, p.swapped) for p in both] == [("a", "b", False), ("a", "b", False)]
+    assert provenance.rotation(part[:1] + part[2:3], text_of) == []  # one text: nothing to swap
+
+
 def _pairs(n, own=0, served=0, chance=0, unswapped=0):
     out = []
     for i in range(n):

@@ -301,9 +301,11 @@ def play(
         short = shard - len(shards[-1])
         if short > 0:  # decoys: fresh episodes of this split, never scored
             spare = domain.episodes(Path(data_dir), split, task_cfg, sandbox=sandbox)
-            shards[-1] = sorted(
-                shards[-1] + blind(spare, secret, f"{split}\0decoy")[:short], key=lambda b: b.id
-            )
+            # those not already in the shard first: a validation play never repeats an episode
+            # (a repeat would tell grading apart, and blur the provenance audit's pairs)
+            taken = {b.inner.id for b in shards[-1]}
+            decoys = sorted(blind(spare, secret, f"{split}\0decoy"), key=lambda b: b.inner.id in taken)
+            shards[-1] = sorted(shards[-1] + decoys[:short], key=lambda b: b.id)
     env = engine_env(engine_cfg.name, engine_cfg.options, engine_cfg.fallback) if engine_cfg else {}
     cache = engine_cache_for(engine_cfg.name) if engine_cfg else None
     outcome = runner.EpisodeOutcome({}, Charge(), [], 0, [], [])
@@ -315,7 +317,7 @@ def play(
             cap = flops_per_episode * len(part)
             part_flops = cap if part_flops is None else min(part_flops, cap)
         limits = step_limits(sandbox_cfg, part_flops, cpu_seconds, gpu_seconds)
-        swap = provenance.rotation(part, text_of)[0] if text_of else None
+        swap = provenance.rotation(part, text_of) if text_of else None
         got = _play_shard(
             sandbox, Path(harness_dir), Path(model_dir), part, limits, env, cache, task_cfg, split, swap
         )

@@ -71,37 +71,52 @@ class Pair:
         }
 
 
-def rotation(part: list, text_of) -> tuple[list[tuple[str, str]], list[int]]:
-    """The swap pairs of one shard (episode k's text -> episode k+1's) and each one's partner index.
+def _texts(part: list, text_of) -> tuple[list[str], list[int]]:
+    """A shard's distinct task texts (as words, in play order) and each episode's index among them.
+
+    Two episodes of one text (two trials of a task, a decoy that repeats a scored episode when the
+    split is smaller than a shard) are one text to the server: it cannot tell which of them sent a
+    prompt, so the rotation and the audit run over texts, not episodes."""
+    keys: dict[str, int] = {}
+    of = [keys.setdefault(words(text_of(b.inner)), len(keys)) for b in part]
+    return list(keys), of
+
+
+def rotation(part: list, text_of) -> list[tuple[str, str]]:
+    """The swap pairs of one shard: each distinct task text -> the next one (vtb/serve/swap.py).
 
     `part` are the shard's episodes in play order (blinded); `text_of(inner episode)` their task
-    text. A shard of one has no partner to swap with: its pair swaps nothing."""
-    m = len(part)
-    partner = [(k + 1) % m for k in range(m)]
-    texts = [text_of(b.inner) for b in part]
-    return [(texts[k], texts[partner[k]]) for k in range(m)], partner
+    text. A shard with a single text has nothing to swap with: no pairs."""
+    texts, _ = _texts(part, text_of)
+    m = len(texts)
+    return [(texts[j], texts[(j + 1) % m]) for j in range(m)] if m >= 2 else []
 
 
 def audit_pairs(part: list, swapped: set[int], text_of, reward_as, scored: set[str]) -> list[Pair]:
-    """Score a played shard both ways; only the episodes in `scored` (not decoys) are kept, and
-    only those whose partner has another task text (two trials of one task swap nothing).
+    """Score a played shard both ways; only the episodes in `scored` (not decoys) are kept.
 
-    `reward_as(inner, other_inner)` scores an episode's answer as an answer to another's task;
-    None where an answer is an action on the episode's own environment (its own reward only)."""
-    m, out = len(part), []
+    `swapped` holds the indices of the rotation's pairs the server used. An episode's partner is
+    the first episode of the next text (what the model saw instead), its third the first of the
+    text after that (coincidence). `reward_as(inner, other_inner)` scores an episode's answer as an
+    answer to another's task; None where an answer is an action on the episode's own environment
+    (its own reward only)."""
+    texts, of = _texts(part, text_of)
+    m = len(texts)
     if m < 2:
-        return out
-    for k, b in enumerate(part):
-        ep, partner = b.inner, part[(k + 1) % m].inner
-        if b.id not in scored or words(text_of(ep)) == words(text_of(partner)):
+        return []
+    first = {j: next(b.inner for b, t in zip(part, of, strict=True) if t == j) for j in range(m)}
+    out = []
+    for b, j in zip(part, of, strict=True):
+        if b.id not in scored:
             continue
-        third = part[(k + 2) % m].inner if m >= 3 else None
+        ep, partner = b.inner, first[(j + 1) % m]
+        third = first[(j + 2) % m] if m >= 3 else None
         if reward_as is None:
             own, served, chance = float(ep.reward()), None, None
         else:
             own, served = float(reward_as(ep, ep)), float(reward_as(ep, partner))
             chance = None if third is None else float(reward_as(ep, third))
-        out.append(Pair(str(ep.id), str(partner.id), k in swapped, own, served, chance))
+        out.append(Pair(str(ep.id), str(partner.id), j in swapped, own, served, chance))
     return out
 
 
