@@ -76,7 +76,10 @@ orchestrator() {
   done
   printf 'root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n' >"$root/etc/passwd"
   printf 'root:x:0:\nnogroup:x:65534:\n' >"$root/etc/group"
+  # .agents/ (the agent CLIs, ~2 GB) stays out: the pool's benches run the built-in agents; a CLI
+  # agent needs it bound read-only at its host path in the job's volumes (README, docker pool)
   local ex=(--exclude="${repo#/}/.git" --exclude="${repo#/}/.cache" --exclude="${repo#/}/runs"
+            --exclude="${repo#/}/.agents"
             --exclude="${repo#/}/.sandbox-code" --exclude="${repo#/}/.wheels" --exclude='__pycache__'
             --exclude="${base#/}/lib/python3*/site-packages" --exclude="${base#/}/lib/python3*/test")
   case "$base" in /usr|/usr/*) base="" ;; esac   # a system Python comes with /usr from the host

@@ -67,7 +67,7 @@ def needs_bwrap():
 SMALL_OVERRIDES = [
     "task.n_pool=600",
     "task.n_val=40",
-    "task.n_test=60",
+    "task.n_test=40",  # one val-sized shard per test play; the e2e greedy run plays 60 (decoys)
     "task.max_steps=2",
     "task.initial_data_size=120",
     "model.n_layer=2",
@@ -137,6 +137,7 @@ def small_overrides(tmp_path, agent: str = "greedy", seed: int = 0, *extra: str)
 
 
 GREEDY_EXTRA = (
+    "task.n_test=60",  # two val-sized shards, the last one filled with decoys
     "reference=true",
     "null_model_check=true",
     "base_model_check=true",

@@ -133,7 +133,7 @@ def test_a_bench_run_scores_the_same_on_both_backends(tmp_path, greedy_run) -> N
     from tests.conftest import small_config
 
     sandbox_backend("docker")
-    cfg = small_config(tmp_path / "docker", "greedy", 0, "sandbox=docker")
+    cfg = small_config(tmp_path / "docker", "greedy", 0, "sandbox=docker", "task.n_test=60")  # as greedy_run
     bwrap, docker = greedy_run[1], run_bench(cfg)
     for row in ("initial", "submitted"):
         assert bwrap[row]["test_score"] == docker[row]["test_score"], (row, bwrap[row], docker[row])

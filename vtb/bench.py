@@ -447,20 +447,25 @@ class Bench:
 
     def start_grade(self, pool: ThreadPoolExecutor, system: System, label: str) -> Callable[[], Grade]:
         """Start grading `system` in `pool` (its test, null-model and base-model plays at once); the
-        returned call waits for them and writes the grade."""
+        returned call waits for them and writes the grade.
+
+        The checks (null model, base model, provenance audit) play for the submission only: the
+        initial and reference systems are the benchmark's own, and the report reads the checks of
+        the submission alone (two test plays fewer per run)."""
         if system.weights is None:
             return lambda: Grade(test_score=0.0, note="no checkpoint (training failed)")
         self._log(f"grading the {label} system on the hidden test split")
         test = self._grading_play(pool, system, None, "model", label)
         null = base = audit = None
-        if label == "submitted" and self.cfg.provenance_check and self.auditable():
+        checked = label == "submitted"
+        if checked and self.cfg.provenance_check and self.auditable():
             audit = self._grading_play(pool, system, None, "audit", label)
-        if self.cfg.null_model_check:
+        if checked and self.cfg.null_model_check:
             # The same harness, episodes (ids, order), mounts, paths and environment; only the
             # weights differ: the checkpoint's own folder with every tensor shuffled (vtb/blind.py).
             null_dir = null_model(Path(system.weights), self.cache, secret_of(self.cfg.task))
             null = self._grading_play(pool, system, str(null_dir), "null", label)
-        if self.cfg.base_model_check:
+        if checked and self.cfg.base_model_check:
             # Information, not a flag: how much of the score the trained weights carry.
             base = self._grading_play(pool, system, str(self.base_dir), "base", label)
 
