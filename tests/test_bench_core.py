@@ -389,6 +389,25 @@ def _edit_turn(plan: list[dict]):
     return turn
 
 
+def test_the_path_names_its_steps_corners_by_what_they_changed(tmp_path) -> None:
+    """A path step is the grid corner of the parts it changed: the initial system is 000 even when
+    it is the submission (every corner is then the same system; 101 was reported), and a
+    harness-only submission is 001."""
+    from vtb.analysis import corner_of
+
+    _, result = run(config(tmp_path / "same", 0), FakeSteps(tmp_path / "same", []))
+    assert [(s["iteration"], s["corner"]) for s in result["analysis"]["path"]] == [(0, "000")]
+    report = (Path(result["record"]) / "report.md").read_text()
+    assert [line for line in report.splitlines() if line.endswith("| yes |")][0].startswith("| 000 ")
+    plan = [{"score": 0.3}]
+    fake = FakeSteps(tmp_path / "harness", plan)
+    fake.turn = _edit_turn(plan)
+    _, result = run(config(tmp_path / "harness", 1), fake)
+    assert [(s["iteration"], s["corner"]) for s in result["analysis"]["path"]] == [(0, "000"), (1, "001")]
+    initial = {"data": "a", "trainer": "b", "harness": "c"}
+    assert corner_of({**initial, "harness": "x"}, initial, {**initial, "harness": "y"}) is None
+
+
 def test_the_grid_and_the_path_are_graded_unbudgeted_and_reported(tmp_path) -> None:
     """Three parts changed over three kept iterations: the grid's 8 corners are graded (one new
     training: the trainer-only edit of iteration 2 already made initial data + submitted trainer), the path's test scores recorded, the ledger is

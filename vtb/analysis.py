@@ -80,6 +80,20 @@ def corner_snapshots(store: Path, initial: str, submitted: str) -> dict[str, str
     }
 
 
+def corner_of(parts: dict, initial: dict, submitted: dict) -> str | None:
+    """The grid corner a system is: a part the same as the initial one is 0 (so an unchanged part
+    is 0 even though it is the submission's too), the submission's is 1, any other: no corner."""
+    bits = []
+    for p in PARTS:
+        if parts[p] == initial[p]:
+            bits.append("0")
+        elif parts[p] == submitted[p]:
+            bits.append("1")
+        else:
+            return None
+    return "".join(bits)
+
+
 @dataclass
 class _Play:
     label: str
@@ -162,9 +176,9 @@ class Analysis:
         if self.grid:
             out["grid"] = self._grid(results)
             if out["path"] is not None:
-                by_snapshot = {v["snapshot"]: code for code, v in self._corners.items()}
+                initial, submitted = self.history[0].parts, self.chosen.parts
                 for step, c in zip(out["path"], kept_path(self.history, self.chosen), strict=True):
-                    step["corner"] = by_snapshot.get(c.snapshot)
+                    step["corner"] = corner_of(c.parts, initial, submitted)
         out["spend"] = self._spend()
         return out
 
