@@ -17,6 +17,7 @@ Prefect result storage), which is how the sweep gets it back without a shared fi
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -33,7 +34,7 @@ from flows.watch import artifact_key, bench_tags, iteration_rows, send_progress_
 from steps import prefect_steps
 from vtb import record
 from vtb.bench import Bench, default_run_id, preflight, preflight_data
-from vtb.compose import compose_config, to_config
+from vtb.compose import check_command_line, compose_config, to_config
 from vtb.config import CONF_DIR, BenchConfig
 from vtb.preflight import PreflightError
 
@@ -150,4 +151,8 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
+    try:  # a mistyped key or option: one line with the closest valid ones, before Hydra's hint
+        check_command_line(sys.argv[1:], "bench")
+    except ValueError as e:
+        refuse(e)
     run_main(main)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextvars
 import json
 import os
+import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -36,11 +37,11 @@ from prefect.artifacts import create_markdown_artifact
 from flows.bench import bench_flow, check_bench
 from flows.dispatch import DEPLOYMENT, Job, run_deployments
 from flows.gpu import ensure_limits, gpu_slot
-from flows.signals import run_main
+from flows.signals import refuse, run_main
 from flows.watch import bench_tags
 from vtb import leaderboard, safefs
 from vtb.bench import default_run_id
-from vtb.compose import compose_config
+from vtb.compose import check_command_line, compose_config
 from vtb.config import CONF_DIR, BenchConfig
 from vtb.domains import salt
 from vtb.record import md_text
@@ -334,4 +335,8 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    try:  # a mistyped key or option: one line with the closest valid ones, before Hydra's hint
+        check_command_line(sys.argv[1:], "sweep")
+    except ValueError as e:
+        refuse(e)
     run_main(main)

@@ -75,33 +75,6 @@ def _args(command: str) -> tuple[str, list[str]]:
     return m.group(1), words[3:]
 
 
-def _first_of_sweeps(overrides: list[str]) -> list[str]:
-    """A multirun's overrides with each sweep (`a,b`, `range(...)`) reduced to its first value."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    out = []
-    for parsed in OverridesParser.create().parse_overrides(overrides):
-        value = parsed.value()
-        if parsed.is_sweep_override():
-            value = next(iter(parsed.sweep_iterator()))
-        key = parsed.get_key_element()
-        out.append(f"{key}={_hydra_value(value)}")
-    return out
-
-
-def _hydra_value(value) -> str:
-    """A parsed value written back as a Hydra override value."""
-    if isinstance(value, str):
-        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    if isinstance(value, list):
-        return "[" + ",".join(_hydra_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{k}:{_hydra_value(v)}" for k, v in value.items()) + "}"
-    if value is None:
-        return "null"
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
 def test_the_docs_show_commands_to_check() -> None:
     """The collector finds the commands (else the test below checks nothing)."""
     found = _all()
@@ -110,25 +83,10 @@ def test_the_docs_show_commands_to_check() -> None:
 
 
 @pytest.mark.parametrize("where,command", _all(), ids=lambda x: x if ":" in x else "")
-def test_every_documented_command_composes(where, command, monkeypatch) -> None:
-    from flows.sweep import bench_configs, to_sweep_config
-    from vtb.compose import compose_config
-    from vtb.domains import salt
+def test_every_documented_command_composes(where, command) -> None:
+    """As `python -m flows.<entry>` checks its command line before Hydra runs (a sweep's
+    `overrides` as a bench's too)."""
+    from vtb.compose import check_command_line
 
-    monkeypatch.setenv(salt.ENV_VAR, "doc-commands-test")  # no installation salt file is made
     entry, args = _args(command)
-    multirun = "-m" in args or "--multirun" in args
-    overrides = [a for a in args if a not in ("-m", "--multirun")]
-    assert not [a for a in overrides if a.startswith("-")], f"{where}: {command}"
-    if multirun:
-        overrides = _first_of_sweeps(overrides)
-    if entry == "bench":
-        compose_config(overrides)
-        return
-    from hydra import compose, initialize_config_dir
-
-    from vtb.config import CONF_DIR
-
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        sweep = to_sweep_config(compose(config_name="sweep", overrides=overrides))
-        assert bench_configs(sweep), f"{where}: no bench"
+    check_command_line(args, entry)

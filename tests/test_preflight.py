@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -169,3 +170,44 @@ def test_a_deployed_bench_that_is_refused_ends_failed_with_the_reason_and_no_tra
     assert "Traceback" not in caplog.text
     made = {p.name for p in (tmp_path / "cache").iterdir()}
     assert made == {"data", "snapshots", "prefect"}  # the data step and its step cache; no model
+
+
+def test_a_mistyped_key_or_option_is_refused_with_the_closest_valid_ones(tmp_path: Path):
+    """A typo gets one line naming the key and what was meant, exit 2, not Hydra's hint to add it
+    with `+` (which then failed on the typed config with a traceback; issue 39)."""
+    import subprocess
+    import sys
+
+    from vtb.compose import check_command_line
+
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, "-m", "flows.bench", "task.n_vall=40", f"runs_dir={tmp_path / 'runs'}"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert out.stderr.strip() == "refused: unknown config key task.n_vall; did you mean task.n_val?"
+    assert not (tmp_path / "runs").exists()
+    cases = {
+        ("+task.n_vall=40",): "did you mean task.n_val?",  # Hydra's own hint, followed
+        ("agent=gredy",): "did you mean agent=greedy?",
+        ("task=tau", "task.n_userz=3"): "did you mean task.n_users",  # the task node typed by its domain
+        ("agent.command=x",): "add it as +agent.command=",  # typed, but agent=greedy does not set it
+        ("-m", "agent=noop,gredy"): None,  # a multirun is checked on each sweep's first value
+    }
+    for args, expected in cases.items():
+        if expected is None:
+            check_command_line(list(args))
+            continue
+        with pytest.raises(ValueError, match=re.escape(expected)):
+            check_command_line(list(args))
+    with pytest.raises(
+        ValueError,
+        match=re.escape("in overrides: unknown config key budget.limt; did you mean budget.limit?"),
+    ):
+        check_command_line(['overrides=["budget.limt=5"]'], "sweep")
+    with pytest.raises(ValueError, match="did you mean agents?"):
+        check_command_line(["agentz=[noop]"], "sweep")
