@@ -43,7 +43,8 @@ class ChatServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.script = list(script)
         self.repeat_last = repeat_last  # keep answering with the last reply once the script is used up
-        self.requests: list[dict] = []
+        self.requests: list[dict] = []  # chat-completions requests (a GET /models is not one)
+        self.models: list[str] | None = None  # GET /models lists these; None: 404, as servers without it
         self._lock = threading.Lock()
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
@@ -66,6 +67,20 @@ class ChatServer(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     server: ChatServer
+
+    def do_GET(self) -> None:  # noqa: N802
+        listed = self.server.models
+        if not self.path.rstrip("/").endswith("/models") or listed is None:
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        data = json.dumps({"object": "list", "data": [{"id": m, "object": "model"} for m in listed]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))

@@ -180,6 +180,28 @@ def test_endpoint_failure_ends_the_research_without_raising(env, server) -> None
     assert result.done is True and "HTTP 401" in result.notes and len(srv.requests) == 1
 
 
+def test_an_endpoint_that_does_not_answer_or_lacks_the_model_is_refused_before_any_work(server) -> None:
+    """agent=llm's preflight (run before provisioning): a dead endpoint ran a whole bench and
+    submitted the initial system with exit 0, looking like agent=noop (issue 39)."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    with pytest.raises(
+        ValueError, match=r"the endpoint does not answer .*Connection refused.*agent\.base_url"
+    ):
+        make_agent(_cfg(dead)).preflight()
+    srv = server([])
+    make_agent(_cfg(srv.url)).preflight()  # no model listing (404): the endpoint answers, that is all
+    srv.models = ["other-model", "test-model"]
+    make_agent(_cfg(srv.url)).preflight()
+    srv.models = ["other-model"]
+    with pytest.raises(ValueError, match=r"does not serve agent.model=test-model \(it lists: other-model\)"):
+        make_agent(_cfg(srv.url)).preflight()
+    assert srv.requests == []  # no chat request (no tokens) was spent on the checks
+
+
 def test_missing_endpoint_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match=r"agent\.base_url=.*agent\.model="):
         make_agent(AgentConfig(name="llm"))

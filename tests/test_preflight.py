@@ -211,3 +211,34 @@ def test_a_mistyped_key_or_option_is_refused_with_the_closest_valid_ones(tmp_pat
         check_command_line(['overrides=["budget.limt=5"]'], "sweep")
     with pytest.raises(ValueError, match="did you mean agents?"):
         check_command_line(["agentz=[noop]"], "sweep")
+
+
+def test_an_agent_endpoint_that_does_not_answer_refuses_the_run_before_any_work(tmp_path: Path):
+    """`agent=llm` at a port nothing listens on: exit 2 in seconds, nothing provisioned; it used
+    to run the whole bench and exit 0 with the initial system submitted, like agent=noop."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "flows.bench",
+            "agent=llm",
+            f"agent.base_url={dead}",
+            "agent.model=m",
+            f"runs_dir={tmp_path / 'runs'}",
+            f"cache_dir={tmp_path / 'cache'}",
+        ],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert out.stderr.startswith("refused: agent=llm: the endpoint does not answer") and dead in out.stderr
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "cache").exists()

@@ -748,7 +748,10 @@ def preflight(cfg: BenchConfig) -> None:
     """Everything that can be checked before any work; a ValueError names the setting and the fix."""
     check_budget(cfg.budget.unit, cfg.sandbox.gpus)  # a budget that cannot be metered
     check_gpu_settings(cfg)  # GPU presets without a GPU
-    make_agent(cfg.agent)  # a misconfigured agent (no endpoint, CLI not installed)
+    agent = make_agent(cfg.agent)  # a misconfigured agent (no endpoint, CLI not installed)
+    check = getattr(agent, "preflight", None)  # an agent's own checks (agent=llm: its endpoint answers)
+    if callable(check):
+        check()
 
 
 _PASSED: dict[str, dict] = {}  # preflight summaries by what they checked: once per process

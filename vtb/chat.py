@@ -68,6 +68,32 @@ class ChatClient:
             time.sleep(self.retry_backoff_s * 2**attempt)
         raise ChatError(f"request to {self.url} failed after {attempt + 1} attempt(s): {cause}")
 
+    def models(self, timeout_s: float = 10.0) -> list[str] | None:
+        """GET <base_url>/models once: the names served, or None where the endpoint has no listing
+        (HTTP 404/405). Raises ChatError when the endpoint cannot be reached, refuses the key or
+        fails (what a run would otherwise learn at its first turn, after provisioning)."""
+        headers = {}
+        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        url = self.base_url.rstrip("/") + "/models"
+        try:
+            request = urllib.request.Request(url, headers=headers, method="GET")
+            with urllib.request.urlopen(request, timeout=timeout_s) as response:
+                body = json.loads(response.read(1 << 20))
+        except urllib.error.HTTPError as err:
+            if err.code in (404, 405, 501):  # answers, but lists nothing
+                return None
+            raise ChatError(f"{url}: HTTP {err.code} {err.reason}") from None
+        except (OSError, http.client.HTTPException) as err:
+            raise ChatError(f"{url}: {type(err).__name__}: {err}") from None
+        except ValueError:
+            return None  # answers, but not with a JSON listing
+        data = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(data, list):
+            return None
+        return [str(m.get("id")) for m in data if isinstance(m, dict) and m.get("id")][:1000]
+
 
 def usage_of(body: dict) -> tuple[int, int] | None:
     """(prompt_tokens, completion_tokens) of a response, or None when it reports no usage."""

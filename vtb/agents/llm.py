@@ -133,6 +133,24 @@ class LLMAgent:
         self.params = {k: cfg.options[k] for k in ("temperature", "top_p", "seed") if k in cfg.options}
         self.max_completion = int(cfg.options.get("max_completion_tokens", 4096))
 
+    def preflight(self) -> None:
+        """Before any work: the endpoint answers (and takes the key), and serves agent.model where
+        it lists its models. Else a run would provision and train its initial system, then submit
+        it unchanged with exit 0, looking like agent=noop (issue 39)."""
+        try:
+            served = self.client.models()
+        except ChatError as e:
+            key = self.cfg.api_key_env
+            hint = f" or the key in ${key}" if key and ("401" in str(e) or "403" in str(e)) else ""
+            raise ValueError(
+                f"agent=llm: the endpoint does not answer ({e}): start the server, or fix agent.base_url{hint}"
+            ) from None
+        if served and self.cfg.model not in served:
+            raise ValueError(
+                f"agent=llm: {self.cfg.base_url} does not serve agent.model={self.cfg.model} "
+                f"(it lists: {', '.join(served[:20])}{' ...' if len(served) > 20 else ''})"
+            )
+
     def turn(self, env: ResearchEnv) -> TurnResult:
         result = self._turn(env)
         result.usage = (
