@@ -29,7 +29,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.states import Failed
 
 from flows.gpu import gpu_slot, machine, worker_gpus
-from flows.signals import refuse, run_main
+from flows.signals import ERRORED, refuse, run_main
 from flows.watch import artifact_key, bench_tags, iteration_rows, send_progress_to_prefect, ui_watch
 from steps import prefect_steps
 from vtb import record
@@ -147,7 +147,12 @@ def main(cfg: DictConfig) -> float:
         check_bench(bench_cfg)
     except ValueError as e:  # a refusal before any work: the reason and the fix, no traceback
         refuse(e)
-    return run_bench(bench_cfg)["submitted"]["test_score"]
+    result = run_bench(bench_cfg)
+    if result.get("state") == "errored":  # no score: the reason once, and where the record is
+        print(f"errored: {result['error']}\nrun record: {result['record']}", file=sys.stderr)
+        sys.stderr.flush()
+        raise SystemExit(ERRORED)
+    return result["submitted"]["test_score"]
 
 
 if __name__ == "__main__":

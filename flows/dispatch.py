@@ -130,6 +130,8 @@ def outcome_of(run, job: Job, worker: str | None) -> dict:
         return {**row, "state": state.type.value.lower(), "error": str(state.message or state.name)[:500]}
     try:
         result = fetch_result(state.data)
+        if isinstance(result, dict) and result.get("state") == "errored":  # no score: a row with its reason
+            return {**row, "state": "errored", "error": str(result.get("error"))[:500]}
         check_result(result, job.expected)
     except (BadResult, safefs.Rejected, OSError) as e:
         return {**row, "state": "failed", "error": f"result rejected: {e}"[:500]}

@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 INTERRUPTED = 130  # the shell's code for a process ended by SIGINT
 REFUSED = 2  # a run refused before any work (preflight): the config or the data must change
+ERRORED = 3  # a run that could not do what it was asked (vtb.bench.RunError): no score, its record says why
 
 
 def _interrupt(signum: int, _frame: object) -> None:

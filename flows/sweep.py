@@ -134,7 +134,10 @@ def _one(cfg: BenchConfig) -> dict:
     with tags(*bench_tags(cfg), f"sweep:{flow_run.name}"):
         state = bench_flow.with_options(flow_run_name=name)(cfg, return_state=True)
     if state.is_completed():
-        return {"run": name, "state": "completed", "submitted": state.result()["submitted"]["test_score"]}
+        result = state.result()
+        if result.get("state") == "errored":  # no score: a failed row with its reason
+            return {"run": name, "state": "errored", "error": str(result.get("error"))[:500]}
+        return {"run": name, "state": "completed", "submitted": result["submitted"]["test_score"]}
     try:
         state.result()
         error = state.message
@@ -250,7 +253,7 @@ def _sweep(cfg: SweepConfig) -> dict:
     failed = [o for o in outcomes if o["state"] != "completed"]
     if failed:
         markdown += (
-            "\n## Failed benches\n\n"
+            "\n## Failed and errored benches (no score)\n\n"
             + "\n".join(f"- {md_text(o['run'])}: {md_text(o['error'], 500)}" for o in failed)
             + "\n"
         )

@@ -178,6 +178,7 @@ def test_endpoint_failure_ends_the_research_without_raising(env, server) -> None
     srv = server([error(401)])
     result = make_agent(_cfg(srv.url)).turn(env)
     assert result.done is True and "HTTP 401" in result.notes and len(srv.requests) == 1
+    assert result.error and "the endpoint failed" in result.error  # the bench ends errored (issue 39)
 
 
 def test_an_endpoint_that_does_not_answer_or_lacks_the_model_is_refused_before_any_work(server) -> None:

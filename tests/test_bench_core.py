@@ -256,12 +256,60 @@ def test_an_agent_that_changes_nothing_submits_the_initial_system(tmp_path) -> N
     assert result["grading_determinism"] is None  # regrade_check is an option, off by default
 
 
-def test_a_budget_spent_by_the_initial_system_still_selects_and_grades(tmp_path) -> None:
-    fake = FakeSteps(tmp_path, [{"score": 0.9}])
-    bench, result = run(config(tmp_path, 3, "budget.limit=1e6"), fake)
-    assert result["iterations"] == 0 and bench.ledger.exhausted()
-    assert result["submitted"]["iteration"] == 0 and result["submitted"]["test_score"] == pytest.approx(0.06)
+def test_an_agent_whose_endpoint_fails_ends_the_run_errored(tmp_path) -> None:
+    """A turn the agent could not take (its endpoint failed) ends the run errored, with its
+    reason; it used to submit the initial system with exit 0, like agent=noop (issue 39)."""
+    fake = FakeSteps(tmp_path, [{"score": 0.3}, {"score": 0.4}])
+    plain = fake.turn
+
+    def turn(key, feedback, **params) -> TurnOutcome:
+        out = plain(key, feedback, **params)
+        if feedback["iteration"] == 2:
+            out.error = "llm: the endpoint failed: HTTP 503 Service Unavailable"
+        return out
+
+    fake.turn = turn
+    _, result = run(config(tmp_path, 3), fake)
+    assert result["state"] == "errored" and result["error"] == (
+        "iteration 2: the research agent failed: llm: the endpoint failed: HTTP 503 Service Unavailable"
+    )
+    iterations = sorted(p.name for p in (Path(result["record"]) / "iterations").iterdir())
+    assert (
+        iterations == ["00.json", "01.json", "02.json"]
+        and not (Path(result["record"]) / "result.json").exists()
+    )
+
+
+def test_a_budget_the_initial_system_spends_or_cannot_cover_is_an_errored_run(tmp_path) -> None:
+    """No score from a run whose budget the initial system alone spends (nothing left for the
+    agent) or that stops the initial system's training: error.json and report.md say why, no
+    result.json, no grading play. It used to grade the initial system as the submission, a row
+    that looked like agent=noop's (issue 39)."""
+    fake = FakeSteps(tmp_path / "a", [{"score": 0.9}])
+    bench, result = run(config(tmp_path / "a", 3, "budget.limit=1e6"), fake)
+    assert result["state"] == "errored" and "the initial system alone spent the budget" in result["error"]
+    assert "raise budget.limit" in result["error"]
     assert [e.step for e in bench.ledger.entries] == ["train", "play-val"]
+    assert not [r for r in fake.runs if r.startswith("turn:")] and not [n for n in fake.names if "grade" in n]
+    record = Path(result["record"])
+    assert not (record / "result.json").exists()
+    assert json.loads((record / "error.json").read_text())["error"] == result["error"]
+    assert "errored" in (record / "report.md").read_text() and (record / "iterations" / "00.json").exists()
+
+    class Stopped(FakeSteps):  # the trainer stopped by the step's FLOPs, as the real one is
+        def train(self, key, snapshot_dir, **params) -> TrainResult:
+            out = super().train(key, snapshot_dir, **params)
+            out.summary = {"stopped_early": "budget"}
+            return out
+
+    _, result = run(config(tmp_path / "b", 3, "budget.limit=1e15"), Stopped(tmp_path / "b", []))
+    assert (
+        result["state"] == "errored" and "its training was stopped by budget.limit=1e+15" in result["error"]
+    )
+    _, fine = run(config(tmp_path / "b", 0, "budget.limit=1e15"), FakeSteps(tmp_path / "b", []))
+    assert (
+        "state" not in fine and not (Path(fine["record"]) / "error.json").exists()
+    )  # fixed: the record is whole
 
 
 def test_grading_plays_run_at_once_and_a_play_asked_twice_runs_once(tmp_path) -> None:

@@ -37,6 +37,11 @@ from vtb.workspace import part_hashes, restore
 Ran = tuple[Any, bool]  # a step's typed result, and whether it came from the cache
 
 
+class RunError(RuntimeError):
+    """The run cannot do what it was asked (a budget below the initial system's cost, the research
+    agent's endpoint failing): it ends errored, with the reason and no score (issue 39)."""
+
+
 @dataclass
 class Steps:
     """The bench's steps; each takes `run_name` and its keyword parameters (steps/tasks.py) and
@@ -129,10 +134,15 @@ class Bench:
         waiting for the end. With GPUs it trains at the end, as it would share the GPU.
         """
         self.rec.start(self.cfg)
-        self.provision()
-        if self.cfg.reference and not self.cfg.sandbox.gpus:
-            self._reference = in_background(self.reference_system)
-        self.iterate()
+        try:
+            self.provision()
+            if self.cfg.reference and not self.cfg.sandbox.gpus:
+                self._reference = in_background(self.reference_system)
+            self.iterate()
+        except RunError as e:
+            self._log(f"errored: {e}")
+            self.rec.write_timings(time.monotonic() - self.t0, self.timings)
+            return self.rec.errored(self.cfg, self.run_id, str(e), self.ledger)
         return self.finish()
 
     def _call(self, name: str, run_name: str, **params: Any) -> Any:
@@ -382,7 +392,15 @@ class Bench:
     def iterate(self) -> None:
         cfg = self.cfg
         self._log("iteration 0: training and validating the initial system")
-        self.evaluate(self.initial, 0, None)
+        why = initial_failure(self.evaluate(self.initial, 0, None), self.ledger)
+        if not why and cfg.agent.max_iterations > 0 and self.ledger.exhausted():
+            why = (
+                f"the initial system alone spent the budget ({self.ledger.used():.3g} of "
+                f"budget.limit={self.ledger.limit:g} {self.ledger.unit}): nothing is left for the research "
+                "agent; raise budget.limit"
+            )
+        if why:
+            raise RunError(why)
         ws = self.rec.dir / "workspace"
         before = self.initial
         for it in range(1, cfg.agent.max_iterations + 1):
@@ -418,6 +436,10 @@ class Bench:
             )
             self._charge("agent", it, key, turn.charge)
             self._log(f"iteration {it}: {turn.notes} (edits: {sorted(turn.edits)})")
+            if turn.error:  # the agent's endpoint failed: what follows would look like agent=noop
+                self._candidate(it, before, turn, self.ledger.used(), train=None, train_key=None,
+                                checkpoint=None, val_score=None, val=None)  # fmt: skip
+                raise RunError(f"iteration {it}: the research agent failed: {turn.error}")
             if turn.rejected:  # over the caps: nothing to train; the agent reads why next turn
                 self._candidate(
                     it,
@@ -675,6 +697,31 @@ def _agent_use(turn: TurnOutcome | None) -> dict:
         "egress_requests": len(turn.egress),
         "usage": turn.usage,
     }
+
+
+def initial_failure(first: Candidate, ledger: Ledger) -> str | None:
+    """Why the initial system (iteration 0) makes the run meaningless, or None: it is every
+    score's baseline, and the budget must cover at least it."""
+    train, val = first.train or {}, first.val or {}
+    summary = train.get("summary") or {}
+    budget = f"budget.limit={ledger.limit:g} {ledger.unit}"
+    spent = f"{ledger.used():.3g} {ledger.unit}"
+    if train.get("killed") == "flops" or summary.get("stopped_early") == "budget":
+        return (
+            f"the budget does not cover the initial system: its training was stopped by {budget} "
+            f"({spent} spent); raise budget.limit"
+        )
+    if not train.get("ok"):
+        killed = train.get("killed")
+        hint = f" ({budget} or sandbox.step_*_s may be too small)" if killed in ("cpu", "gpu", "wall") else ""
+        cause = f"killed: {killed}" if killed else f"exit {train.get('returncode')}"
+        return f"the initial system's training failed ({cause}){hint}: see iterations/00.json"
+    if "flops" in str(val.get("killed") or ""):
+        return (
+            f"the budget does not cover the initial system: its validation play was stopped by {budget} "
+            f"({spent} spent); raise budget.limit"
+        )
+    return None
 
 
 def _val_view(val: PlayResult | None) -> dict | None:

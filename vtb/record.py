@@ -53,6 +53,7 @@ class RunRecord:
         for stale in ("iterations", "trajectories"):
             shutil.rmtree(self.dir / stale, ignore_errors=True)  # a resumed run rewrites them all
         (self.dir / "egress.jsonl").unlink(missing_ok=True)
+        (self.dir / "error.json").unlink(missing_ok=True)  # an earlier try's, now being fixed
         _dump(self.dir / "config.json", asdict(cfg))
 
     def write_artifact(self, relpath: str, content: object) -> None:
@@ -90,6 +91,28 @@ class RunRecord:
         with open(self.dir / "egress.jsonl", "a") as f:
             for request in egress:
                 f.write(json.dumps({"iteration": entry["iteration"], **request}) + "\n")
+
+    def errored(self, cfg: BenchConfig, run_id: str, reason: str, ledger: Ledger) -> dict:
+        """An errored run's record: error.json (never a result.json, so no leaderboard or sweep
+        reads a score from it) and a report.md that says why. Returns what the bench returns."""
+        (self.dir / "result.json").unlink(missing_ok=True)  # a stale one from an earlier try
+        out = {
+            "run_id": run_id,
+            "state": "errored",
+            "error": reason,
+            "task": cfg.task.name,
+            "agent": cfg.agent.name,
+            "seed": cfg.seed,
+            "budget": ledger.summary(),
+            "record": str(self.dir),
+        }
+        _dump(self.dir / "error.json", out)
+        (self.dir / "report.md").write_text(
+            f"# {md_text(run_id)}: errored\n\nThe run could not do what it was asked, so it has no "
+            f"score:\n\n{md_text(reason, 2000)}\n\nWhat it did is in iterations/ and ledger.jsonl; its steps are "
+            "cached, so a rerun after the fix resumes from them.\n"
+        )
+        return out
 
     def write_timings(self, wall_seconds: float, steps: list[dict]) -> None:
         """Wall time per step call, and how much of the run was spent in sandboxed compute.

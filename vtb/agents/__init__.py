@@ -88,6 +88,8 @@ class TurnResult:
     done: bool = False  # True: stop iterating and submit the best candidate
     notes: str = ""
     stopped: str | None = None  # the per-turn limit that ended the turn: steps | tokens | wall
+    # the agent could not work (its endpoint failed): the run ends errored, not with a score
+    error: str | None = None
     usage: str | None = (
         None  # where its tokens came from: metered | self-reported[ (rounded)] | estimated | none
     )

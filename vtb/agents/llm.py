@@ -177,9 +177,11 @@ class LLMAgent:
                 body = self.client.complete(messages, tools=TOOLS, tool_choice="auto", **params)
                 message = body["choices"][0]["message"]
             except ChatError as err:
-                return TurnResult(done=True, notes=f"llm: the endpoint failed: {err}")
+                why = f"llm: the endpoint failed: {err}"
+                return TurnResult(done=True, notes=why, error=why)
             except (KeyError, IndexError, TypeError):
-                return TurnResult(done=True, notes=f"llm: response without choices[0].message: {body!r:.200}")
+                why = f"llm: response without choices[0].message: {body!r:.200}"
+                return TurnResult(done=True, notes=why, error=why)
             usage, errors = usage_checked(body)
             estimated = usage is None  # no (valid) usage from the endpoint: about 4 characters per token
             p, c = usage or (len(json.dumps(messages)) // 4, len(json.dumps(message, default=str)) // 4)

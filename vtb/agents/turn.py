@@ -39,6 +39,7 @@ def take_turn(
     try:
         result = make_agent(agent_cfg).turn(env)
         done, notes, stopped, usage = result.done, result.notes, result.stopped, result.usage
+        error = getattr(result, "error", None)
     except Exception as e:  # an agent that fails loses its turn, not the run
         done, notes, error = True, f"agent failed: {type(e).__name__}: {e}", repr(e)
     secrets = secret_values([*agent_cfg.env, *([agent_cfg.api_key_env] if agent_cfg.api_key_env else [])])
