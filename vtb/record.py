@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import unicodedata
 from dataclasses import asdict
 from datetime import UTC, datetime
@@ -44,11 +45,43 @@ def _link_tree(src: Path, dst: Path) -> None:
     safefs.copy_tree(src, dst, link=True)
 
 
+SCHEMA_VERSION = 2  # result.json's layout: raised when a field changes meaning or goes
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def git_state() -> dict | None:
+    """The project checkout's commit and whether tracked files differ from it; None outside git
+    (a `pip install`) or without git."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {
+        "commit": head.stdout.strip()[:64],
+        "dirty": bool(dirty.stdout.strip()) if dirty.returncode == 0 else None,
+    }
+
+
 class RunRecord:
     def __init__(self, run_dir: Path):
         self.dir = run_dir
 
     def start(self, cfg: BenchConfig) -> None:
+        self.started_at = _now()
         self.dir.mkdir(parents=True, exist_ok=True)
         for stale in ("iterations", "trajectories"):
             shutil.rmtree(self.dir / stale, ignore_errors=True)  # a resumed run rewrites them all
@@ -171,7 +204,11 @@ class RunRecord:
         gains = attribute_gains(history, chosen)
         budget = ledger.summary()
         result = {
+            "schema_version": SCHEMA_VERSION,
             "run_id": run_id,
+            "git": git_state(),  # the checkout that ran it: commit, and whether it had local changes
+            "started_at": getattr(self, "started_at", None),
+            "ended_at": _now(),
             "task": cfg.task.name,
             "source": cfg.task.source,
             "metric": cfg.task.metric,  # the reward actually used (math resolves the source's own)
