@@ -46,6 +46,7 @@ class Job:
     tries: int = 0
     crashes: list[str] = field(default_factory=list)
     outcome: dict | None = None
+    running: bool = False  # its flow run was Pending or Running at the last look
 
 
 def submit(job: Job, deployment: str) -> None:
@@ -65,20 +66,69 @@ def submit(job: Job, deployment: str) -> None:
 
 
 def run_deployments(
-    jobs: Sequence[Job], deployment: str = DEPLOYMENT, poll_s: float = 5.0, crash_retries: int = 1
+    jobs: Sequence[Job],
+    deployment: str = DEPLOYMENT,
+    poll_s: float = 5.0,
+    crash_retries: int = 1,
+    start_timeout_s: float = 1800.0,
 ) -> list[dict]:
-    """Start every job's bench, wait for all, and return their outcomes in order (rows of the sweep)."""
+    """Start every job's bench, wait for all, and return their outcomes in order (rows of the sweep).
+
+    Each bench's start and end is printed as it happens. When none of the sweep's benches has run
+    for `start_timeout_s` while some wait to start, no worker is taking them (none polls the pool,
+    or every slot is held): those benches end as failed rows that say so, instead of a sweep that
+    waits forever."""
     from prefect.client.orchestration import get_client
 
     for job in jobs:
         submit(job, deployment)
     with get_client(sync_client=True) as client:
+        warn_if_sharing_the_pool(client, deployment)
+        idle_since = time.monotonic()
         while any(j.outcome is None for j in jobs):
             time.sleep(poll_s)
             lost = lost_workers(client, {str(j.flow_run_id) for j in jobs if j.outcome is None})
             for job in (j for j in jobs if j.outcome is None):
                 _step(client, job, lost, deployment, crash_retries)
+            if any(j.running for j in jobs if j.outcome is None):
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since > start_timeout_s:
+                _give_up_waiting(client, [j for j in jobs if j.outcome is None], deployment, start_timeout_s)
     return [j.outcome for j in jobs]
+
+
+def _give_up_waiting(client, waiting: list[Job], deployment: str, waited_s: float) -> None:
+    """End the benches no worker started: their flow runs cancelled, failed rows with the reason."""
+    from prefect.states import Cancelled
+
+    why = (
+        f"no worker started this bench in {waited_s:.0f} s while none of the sweep's benches ran: no "
+        f"worker polls the pool of {deployment}, or every slot is held (a worker started with "
+        "--limit 1 is held by the sweep itself when the sweep runs on the same pool: give workers "
+        "--limit 2 or more, or run the sweep with dispatch=inline)"
+    )
+    for job in waiting:
+        client.set_flow_run_state(job.flow_run_id, Cancelled(message=why[:200]), force=True)
+        job.outcome = {"run": job.run, "worker": None, "tries": job.tries, "state": "failed", "error": why}
+        print(f"[sweep] {job.run}: {why}", flush=True)
+
+
+def warn_if_sharing_the_pool(client, deployment: str) -> None:
+    """Say so when this sweep runs as a flow run of the pool its benches go to: it holds a slot."""
+    try:
+        from prefect.context import FlowRunContext
+
+        ctx = FlowRunContext.get()
+        mine = ctx.flow_run.work_pool_name if ctx and ctx.flow_run else None
+        theirs = client.read_deployment_by_name(deployment).work_pool_name
+    except Exception:  # no flow run context, or no such deployment (submit would have failed)
+        return
+    if mine and mine == theirs:
+        print(
+            f"[sweep] this sweep runs on work pool {mine}, where its benches go: it holds one worker "
+            "slot while they run, so a worker started with --limit 1 cannot start them",
+            flush=True,
+        )
 
 
 def _step(client, job: Job, lost: dict[str, str], deployment: str, crash_retries: int) -> None:
@@ -88,6 +138,10 @@ def _step(client, job: Job, lost: dict[str, str], deployment: str, crash_retries
     run = client.read_flow_run(job.flow_run_id)
     worker = (run.labels or {}).get(WORKER_LABEL)
     state = run.state
+    running = state is not None and (state.is_running() or state.is_pending())
+    if running and not job.running:
+        print(f"[sweep] {job.run}: started on {worker or 'a worker'}", flush=True)
+    job.running = running
     if state is not None and state.is_final():
         if state.is_crashed() and job.tries <= crash_retries:
             job.crashes.append(f"{worker or '?'}: {state.message or 'crashed'}"[:300])
@@ -95,6 +149,7 @@ def _step(client, job: Job, lost: dict[str, str], deployment: str, crash_retries
             submit(job, deployment)
             return
         job.outcome = outcome_of(run, job, worker)
+        print(f"[sweep] {job.run}: {job.outcome['state']}", flush=True)
     elif worker in lost:
         message = f"worker {worker} lost: {lost[worker]}"
         client.set_flow_run_state(job.flow_run_id, Crashed(message=message), force=True)

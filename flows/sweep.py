@@ -63,6 +63,8 @@ class SweepConfig:
     work_queue: str | None = None  # first tries go to this queue of its pool (default: the deployment's)
     crash_retries: int = 1  # a bench whose flow run crashed (its worker died) is started again this often
     poll_seconds: float = 5.0  # dispatch=deployment: between looks at the benches' flow runs
+    # dispatch=deployment: benches no worker starts while none of the sweep's runs, this long, fail
+    start_timeout_s: float = 1800.0
     # hidden: the benches' test split is drawn with this installation's salt (vtb/domains/salt.py
     # installation_salt) unless the overrides or $VTB_TEST_SALT give one; public: the published
     # default salt (README figures; recorded and ranked as a public split)
@@ -220,7 +222,7 @@ def deployed_benches(cfg: SweepConfig) -> list[dict]:
         }
         tags = [*bench_tags(bench), f"sweep:{flow_run.name}"]
         jobs.append(Job(run, overrides, expected, tags, work_queue=cfg.work_queue))
-    run_deployments(jobs, cfg.deployment, cfg.poll_seconds, cfg.crash_retries)
+    run_deployments(jobs, cfg.deployment, cfg.poll_seconds, cfg.crash_retries, cfg.start_timeout_s)
     runs_dir = Path(cfg.runs_dir).resolve()
     runs_dir.mkdir(parents=True, exist_ok=True)
     for job in jobs:

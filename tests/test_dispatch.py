@@ -255,6 +255,26 @@ def _counted_flops(result: dict) -> float:
     return sum(json.loads(line)["charge"]["flops_reported"] for line in lines)
 
 
+def test_benches_no_worker_starts_fail_with_the_reason_instead_of_waiting_forever(cluster) -> None:
+    """A bench on a queue no worker polls (as behind a single-slot worker the sweep itself holds):
+    the sweep used to wait forever; it now ends such benches as failed rows that say why, and
+    cancels their flow runs so no worker starts them later (issue 39)."""
+    from prefect.client.orchestration import get_client
+
+    with cluster.settings(), get_client(sync_client=True) as client:
+        client.create_work_queue(name="nobody", work_pool_name=POOL)
+    t0 = time.monotonic()
+    _, out = _sweep(cluster, [7], "sweep-stalled", work_queue="nobody", start_timeout_s=4)
+    [b] = out["benches"]
+    assert b["state"] == "failed" and "no worker started this bench in 4 s" in b["error"], b
+    assert "--limit 2 or more" in b["error"] and time.monotonic() - t0 < 60
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+
+    with cluster.settings(), get_client(sync_client=True) as client:
+        [run] = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[b["run"]])))
+    assert run.state.is_cancelled(), run.state
+
+
 def test_a_bench_whose_worker_dies_is_recomputed_on_the_other_one_with_the_same_figures(cluster) -> None:
     """The retry lands on a new machine with nothing of this bench in its cache (a cache miss):
     it recomputes every step and gets the same scores and the same counted FLOPs."""
