@@ -33,9 +33,11 @@ import platform
 import random
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 from vtb.hashing import code_version
+from vtb.progress import say
 from vtb.sandbox import runtime_mounts
 from vtb.sandbox.base import Limits, Mount, Sandbox
 
@@ -119,7 +121,12 @@ def load_or_calibrate(
             if path != local:
                 _write(local, found)
             return found
+    say(f"[calibrate] no rates for this machine and model shape yet: measuring ({REPEATS} rounds, 1-3 min)")
+    started = time.monotonic()
     found = {"machine": facts, **measure(sandbox, base_dir, system_dir)}
+    say(
+        f"[calibrate] measured in {time.monotonic() - started:.0f} s; cached for the next runs on this machine"
+    )
     _write(local, found)
     try:
         _write(shared_dir() / name, found)
@@ -180,7 +187,8 @@ def measure(sandbox: Sandbox, base_dir: Path, system_dir: Path) -> dict:
         config = json.loads((cand / "trainer" / "config.json").read_text())
         config.pop("deepspeed", None)  # CPU-seconds of our single-process trainer are the unit
         steps = TRAIN_STEPS
-        for _ in range(REPEATS):
+        for repeat in range(REPEATS):
+            say(f"[calibrate] {repeat + 1}/{REPEATS}: the inference engine, then the trainer")
             code = INFER_PROBE.format(n=INFER_PROMPTS, tokens=INFER_TOKENS, cpu=INFER_CPU_SECONDS)
             result = _run(sandbox, code, mounts, limits, "the inference engine")
             charge = runner.charge_of(result)
