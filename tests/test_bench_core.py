@@ -448,8 +448,14 @@ def test_the_path_names_its_steps_corners_by_what_they_changed(tmp_path) -> None
 
     _, result = run(config(tmp_path / "same", 0), FakeSteps(tmp_path / "same", []))
     assert [(s["iteration"], s["corner"]) for s in result["analysis"]["path"]] == [(0, "000")]
-    report = (Path(result["record"]) / "report.md").read_text()
+    record = Path(result["record"])
+    report = (record / "report.md").read_text()
     assert [line for line in report.splitlines() if line.endswith("| yes |")][0].startswith("| 000 ")
+    # the plots: PNG at print resolution (10 x 3.6 in at 200 dpi) and SVG, every bar with its value
+    png = (record / "scores.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(png[16:20], "big") == 2000
+    svg = (record / "scores.svg").read_text()
+    assert svg.lstrip().startswith("<?xml") and (record / "analysis.svg").is_file()
     plan = [{"score": 0.3}]
     fake = FakeSteps(tmp_path / "harness", plan)
     fake.turn = _edit_turn(plan)

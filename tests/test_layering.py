@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
         "vtb.progress",
         "vtb.models",
         "vtb.domains.salt",
+        "vtb.plots",
     ),
     (
         "vtb.hashing",

@@ -465,16 +465,15 @@ def grid_lines(grid: list[GridRow]) -> list[str]:
 
 
 def _plot(table: list[Row], path: Path) -> None:
-    import matplotlib
+    from vtb import plots
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = plots.pyplot()
     fig, ax = plt.subplots(figsize=(max(4, 1.2 * len(table)), 3.6))
     labels = [f"{r.task}\n{r.agent}" for r in table]
     xs = range(len(table))
     err = [[r.score - r.ci_low for r in table], [r.ci_high - r.score for r in table]]
-    ax.bar(xs, [r.score for r in table], yerr=err, capsize=4, color="#2a7", label="submitted (95% CI)")
+    bars = ax.bar(xs, [r.score for r in table], yerr=err, capsize=4, color="#2a7", label="submitted (95% CI)")
+    plots.label_bars(ax, bars)
     ax.scatter(xs, [r.initial for r in table], color="#999", zorder=3, label="initial")
     ax.scatter(
         xs,
@@ -486,11 +485,9 @@ def _plot(table: list[Row], path: Path) -> None:
         label="reference",
     )
     ax.set_xticks(list(xs), labels)
-    ax.set(ylabel="test score", ylim=(0, 1), title="Submitted test score by task and agent")
+    ax.set(ylabel="test score", ylim=(0, 1.08), title="Submitted test score by task and agent")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    plots.save(fig, path)
 
 
 def main(argv: list[str] | None = None) -> None:

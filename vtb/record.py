@@ -20,7 +20,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
-from vtb import safefs
+from vtb import plots, safefs
 from vtb.config import BenchConfig
 from vtb.domains import salt
 from vtb.hashing import code_version
@@ -477,25 +477,23 @@ USAGE_LEGEND = (
 
 
 def write_report(run_dir: Path, result: dict, history: list[dict], grades: dict) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = plots.pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
     its = [h["iteration"] for h in history]
     vals = [h["val_score"] if h["val_score"] is not None else 0.0 for h in history]
     ax1.plot(its, vals, marker="o")
+    ax1.set_xticks(its)  # iterations are whole numbers
     ax1.axvline(result["submitted"]["iteration"], color="grey", ls="--", lw=1, label="submitted")
-    ax1.set(xlabel="iteration", ylabel="val score", title="Validation score per iteration", ylim=(0, 1))
+    ax1.set(xlabel="iteration", ylabel="val score", title="Validation score per iteration", ylim=(0, 1.08))
     ax1.legend()
     labels = [k for k in ("initial", "submitted", "reference") if k in grades]
-    ax2.bar(labels, [grades[k]["test_score"] for k in labels], color=["#999", "#2a7", "#36c"][: len(labels)])
+    bars = ax2.bar(
+        labels, [grades[k]["test_score"] for k in labels], color=["#999", "#2a7", "#36c"][: len(labels)]
+    )
+    plots.label_bars(ax2, bars)
     kind = (result.get("test_split") or {}).get("kind") == "public" and "Public" or "Hidden"
-    ax2.set(ylabel="test score", title=f"{kind} test split", ylim=(0, 1))
-    fig.tight_layout()
-    fig.savefig(run_dir / "scores.png", dpi=100)
-    plt.close(fig)
+    ax2.set(ylabel="test score", title=f"{kind} test split", ylim=(0, 1.08))
+    plots.save(fig, run_dir / "scores.png")
 
     table = summary_table(result)
     lines = [
@@ -672,11 +670,7 @@ def analysis_lines(run_dir: Path, studied: dict | None) -> list[str]:
 
 def plot_analysis(path: Path, studied: dict) -> None:
     """Left: the grid's 8 test scores, the corners on the path highlighted; right: val and test along the path."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = plots.pyplot()
     grid, steps = studied.get("grid"), studied.get("path") or []
     both = bool(grid and steps)
     fig, axes = plt.subplots(1, 2 if both else 1, figsize=(10 if both else 5, 3.6), squeeze=False)
@@ -686,7 +680,7 @@ def plot_analysis(path: Path, studied: dict) -> None:
         on_path = {s.get("corner") for s in steps}
         corners = grid["corners"]
         colors = ["#2a7" if c["corner"] in on_path else "#bbb" for c in corners]
-        ax.bar(range(len(corners)), [c["test_score"] for c in corners], color=colors)
+        plots.label_bars(ax, ax.bar(range(len(corners)), [c["test_score"] for c in corners], color=colors))
         short = [
             "".join(
                 p[0].upper()
@@ -700,7 +694,7 @@ def plot_analysis(path: Path, studied: dict) -> None:
         ax.set(
             xlabel="parts taken from the submission (D data, T trainer, H harness)",
             ylabel="test score",
-            ylim=(0, 1),
+            ylim=(0, 1.08),
             title="Co-design grid (green: on the path)",
         )
     if steps:
@@ -716,9 +710,7 @@ def plot_analysis(path: Path, studied: dict) -> None:
         ax.set_xticks(its, [f"it{s['iteration']}" for s in steps])
         ax.set(ylabel="score", ylim=(0, 1), title="Kept candidates along the path")
         ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    plots.save(fig, path)
 
 
 def fingerprint_line(fp: dict | None) -> str:
