@@ -260,7 +260,9 @@ def _sweep(cfg: SweepConfig) -> dict:
             + "\n"
         )
     create_markdown_artifact(
-        markdown=markdown, key="leaderboard", description="VibeTraining-Bench leaderboard"
+        markdown=leaderboard.for_ui(markdown, runs_dir),
+        key="leaderboard",
+        description="VibeTraining-Bench leaderboard",
     )
     print(markdown, flush=True)
     return {"benches": outcomes, "leaderboard": str(runs_dir / "leaderboard.md"), "aggregate": agg}

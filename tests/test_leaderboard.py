@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from vtb import leaderboard
 from vtb.leaderboard import aggregate, bootstrap_ci, is_flagged, main, normalised_gain, pairs, rows, write
 
 
@@ -88,6 +89,9 @@ def test_write_files(tmp_path) -> None:
     assert (tmp_path / "leaderboard.png").stat().st_size > 1000 and agg["greedy"]["score"] == pytest.approx(
         0.5
     )
+    assert (tmp_path / "leaderboard.svg").is_file() and leaderboard.PLOT_LINE in md
+    ui = leaderboard.for_ui(md, tmp_path)  # Prefect's UI cannot load a relative image: the file is named
+    assert "![" not in ui and str(tmp_path / "leaderboard.png") in ui
 
 
 def _with_items(result: dict, won: int, n: int = 20, flagged: bool = False) -> dict:

@@ -354,6 +354,16 @@ def _fmt(x: float | None, digits: int = 3) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
+PLOT_LINE = "![leaderboard](leaderboard.png)"  # beside leaderboard.md; leaderboard.svg too
+
+
+def for_ui(markdown: str, out_dir: Path) -> str:
+    """leaderboard.md for Prefect's UI, which cannot load a relative image: the line names the
+    files instead (the tables above hold the plotted figures)."""
+    where = f"{Path(out_dir) / 'leaderboard.png'} (and .svg)"
+    return markdown.replace(PLOT_LINE, f"Plot (the tables above hold its figures): {where}", 1)
+
+
 def write(
     runs_dir: Path, out_dir: Path | None = None, exclude_flagged: bool = False
 ) -> tuple[list[Row], dict]:
@@ -431,7 +441,7 @@ def write(
     for agent, a in agg.items():
         weights = ", ".join(f"{t} {w:.2f}" for t, w in a["weights"].items()) or "-"
         lines.append(f"| {agent} | {_fmt(a['score'])} | {weights} |")
-    lines += ["", "![leaderboard](leaderboard.png)"]
+    lines += ["", PLOT_LINE]
     (out_dir / "leaderboard.md").write_text("\n".join(lines) + "\n")
     _plot(table, out_dir / "leaderboard.png")
     return table, agg
