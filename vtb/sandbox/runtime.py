@@ -134,6 +134,18 @@ def _runtime_paths() -> tuple[str, ...]:
     return tuple(paths)
 
 
+def _linked_prefixes() -> list[tuple[str, str]]:
+    """(real dir, path the interpreter names it by) for a prefix reached through a symlink (a
+    `.venv` that links to a virtualenv elsewhere): sandboxed commands run `sys.executable` by
+    that path, so the real dir is bound there too, not only at its own path."""
+    out = []
+    for prefix in (sys.prefix, sys.base_prefix):
+        named, real = os.path.abspath(prefix), os.path.realpath(prefix)
+        if named != real and (real, named) not in out:
+            out.append((real, named))
+    return out
+
+
 @functools.cache
 def _skeleton() -> str:
     """A host dir holding the package's layout as empty folders and files, mounted read-only at
@@ -188,6 +200,7 @@ def runtime_mounts() -> list[Mount]:
     package = str(Path(vtb.__file__).resolve().parent)
     return [
         *(Mount(Path(p), p) for p in _runtime_paths()),
+        *(Mount(Path(real), link) for real, link in _linked_prefixes()),
         Mount(Path(etc_dir()), "/etc"),
         Mount(Path(_skeleton()), package),
         *(Mount(Path(p), p) for p in sandbox_code()),
