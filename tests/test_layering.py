@@ -26,6 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
         "vtb.models",
         "vtb.domains.salt",
         "vtb.plots",
+        "vtb.markdown",
     ),
     (
         "vtb.hashing",

@@ -72,6 +72,30 @@ def test_aggregate_weights_tasks_by_the_inverse_reference_gap() -> None:
     assert agg["score"] == pytest.approx((2 * 0.5 + 4 * 0.2) / 6)
 
 
+def test_errored_runs_are_counted_beside_their_agent_and_listed_with_the_reason(tmp_path) -> None:
+    """An errored run (error.json, no score) is in no mean, so it cannot quietly lift its agent's:
+    each row counts them, and a section lists each with its reason as inert text (issue 39)."""
+    for s, sub in enumerate((0.4, 0.6)):
+        run = tmp_path / f"math-greedy-s{s}"
+        run.mkdir()
+        (run / "result.json").write_text(json.dumps(_result("math", "greedy", s, sub, 0.0, 0.8)))
+    bad = tmp_path / "math-greedy-s2"
+    bad.mkdir()
+    reason = "iteration 2: the research agent failed: llm: <b>HTTP 503</b> | [x](http://e.vil)"
+    (bad / "error.json").write_text(
+        json.dumps(
+            {"run_id": "math-greedy-s2", "task": "math", "agent": "greedy", "seed": 2, "error": reason}
+        )
+    )
+    table, _ = write(tmp_path)
+    [row] = table
+    assert (row.seeds, row.errored) == (2, 1) and row.score == pytest.approx(0.5)  # not in the mean
+    md = (tmp_path / "leaderboard.md").read_text()
+    assert "## Errored runs (no score, in no mean above)" in md
+    [line] = [x for x in md.splitlines() if x.startswith("| math | greedy | 2 | iteration 2")]
+    assert "<b>" not in line and "](" not in line and line.count(" | ") == 3, line  # one inert cell
+
+
 def test_write_files(tmp_path) -> None:
     for s, sub in enumerate((0.4, 0.6)):
         run = tmp_path / f"math-greedy-s{s}"

@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from vtb import codesign, noise
+from vtb.markdown import md_text
 
 BOOTSTRAP_SAMPLES = 10_000
 BOOTSTRAP_SEED = 0  # fixed: the same runs give the same CIs
@@ -87,6 +88,7 @@ class Row:
     seed_sd: float | None = None  # sample SD of the submitted test score over seeds
     mdd95: float | None = None  # minimum difference to another agent detectable at 95% (vtb/noise.py)
     flagged: int = 0  # runs flagged by the contamination scan or the null-model check
+    errored: int = 0  # runs of this task and agent that ended errored: no score, not in the mean
 
 
 @dataclass
@@ -106,6 +108,20 @@ class Pair:
 
 def read_results(runs_dir: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(Path(runs_dir).glob("*/result.json"))]
+
+
+def read_errored(runs_dir: Path) -> list[dict]:
+    """The errored runs' records (error.json: no score, vtb/bench.py RunError), for listing apart:
+    an agent's errored seeds are out of its mean, so they are counted beside it."""
+    out = []
+    for p in sorted(Path(runs_dir).glob("*/error.json")):
+        try:
+            e = json.loads(p.read_text()[: 1 << 20])
+        except (OSError, ValueError):
+            continue
+        if isinstance(e, dict):
+            out.append({k: str(e.get(k, ""))[:500] for k in ("run_id", "task", "agent", "seed", "error")})
+    return out
 
 
 def is_flagged(result: dict) -> bool:
@@ -357,6 +373,11 @@ def _fmt(x: float | None, digits: int = 3) -> str:
 PLOT_LINE = "![leaderboard](leaderboard.png)"  # beside leaderboard.md; leaderboard.svg too
 
 
+def _cell(text: str) -> str:
+    """Text as one inert markdown table cell (no pipe, line break, markup or link)."""
+    return md_text(text, 300)
+
+
 def for_ui(markdown: str, out_dir: Path) -> str:
     """leaderboard.md for Prefect's UI, which cannot load a relative image: the line names the
     files instead (the tables above hold the plotted figures)."""
@@ -374,7 +395,10 @@ def write(
     out_dir = Path(out_dir or runs_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     results = read_results(runs_dir)
+    errored = read_errored(runs_dir)
     table = rows(results, exclude_flagged)
+    for r in table:
+        r.errored = sum(1 for e in errored if (e["task"], e["agent"]) == (r.task, r.agent))
     compared = pairs(results, exclude_flagged)
     grid = grid_rows(results, exclude_flagged)
     agg = aggregate(table)
@@ -404,16 +428,28 @@ def write(
         + flagged_note,
         "",
         "| task | agent | seeds | submitted [95% CI] | seed SD | MDD 95% | initial | reference "
-        "| normalised gain [95% CI] | budget used | flagged |",
-        "|---|---|---:|---|---:|---:|---:|---:|---|---:|---:|",
+        "| normalised gain [95% CI] | budget used | flagged | errored |",
+        "|---|---|---:|---|---:|---:|---:|---:|---|---:|---:|---:|",
     ]
     for r in table:
         gain = "-" if r.gain is None else f"{r.gain:.3f} [{r.gain_ci_low:.3f}, {r.gain_ci_high:.3f}]"
         lines.append(
             f"| {r.task} | {r.agent} | {r.seeds} | {r.score:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}] | "
             f"{_fmt(r.seed_sd)} | {_fmt(r.mdd95)} | {r.initial:.3f} | {_fmt(r.reference)} | {gain} | "
-            f"{r.budget_used:.3g} {r.budget_unit} | {r.flagged} |"
+            f"{r.budget_used:.3g} {r.budget_unit} | {r.flagged} | {r.errored} |"
         )
+    if errored:
+        lines += [
+            "",
+            "## Errored runs (no score, in no mean above)",
+            "",
+            "| task | agent | seed | reason |",
+            "|---|---|---:|---|",
+            *(
+                f"| {_cell(e['task'])} | {_cell(e['agent'])} | {_cell(e['seed'])} | {_cell(e['error'])} |"
+                for e in errored
+            ),
+        ]
     lines += [
         "",
         "## Paired comparisons (A - B, same seeds and test items)",

@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import subprocess
-import unicodedata
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,6 +24,7 @@ from vtb.config import BenchConfig
 from vtb.domains import salt
 from vtb.hashing import code_version
 from vtb.ledger import Ledger
+from vtb.markdown import md_text
 from vtb.results import RunOutcome
 
 
@@ -275,25 +275,6 @@ grading (private/denials.json: its own stderr, which may echo them too) and the 
 reports (private/grading/). The rest of the run record holds test items by id only, so it can be shared;
 this folder would publish the hidden test split.
 """
-
-_MD_PUNCT = re.compile(r"([\\`*_{}\[\]()#+!|~-])")
-
-
-def md_text(value: object, limit: int | None = None) -> str:
-    """Anything agent-controlled (notes, file names, engine strings, sandbox output) as inert markdown.
-
-    One line of text that renders as itself in report.md and in Prefect's markdown and table
-    artifacts: control and format characters dropped, whitespace collapsed (no new block, no
-    table row), `& < > "` as HTML entities (no tag, no `<javascript:...>` autolink), and markdown
-    punctuation backslash-escaped (no link, image, emphasis, code span or table cell break).
-    `limit` cuts the raw text first (with "...").
-    """
-    text = "".join(c if unicodedata.category(c)[0] != "C" else " " for c in str(value))
-    text = " ".join(text.split())
-    if limit is not None and len(text) > limit:
-        text = text[: max(0, limit - 3)] + "..."
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
-    return _MD_PUNCT.sub(r"\\\1", text)
 
 
 def _fence(text: str) -> str:
