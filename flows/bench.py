@@ -149,7 +149,10 @@ def main(cfg: DictConfig) -> float:
         refuse(e)
     result = run_bench(bench_cfg)
     if result.get("state") == "errored":  # no score: the reason once, and where the record is
-        print(f"errored: {result['error']}\nrun record: {result['record']}", file=sys.stderr)
+        reason = "".join(
+            c if c.isprintable() else " " for c in str(result["error"])
+        )  # agent text: no escapes
+        print(f"errored: {reason}\nrun record: {result['record']}", file=sys.stderr)
         sys.stderr.flush()
         raise SystemExit(ERRORED)
     return result["submitted"]["test_score"]

@@ -421,3 +421,20 @@ def test_pipelined_and_malformed_requests_are_logged_and_never_forwarded(tmp_pat
         ("GET /spaced HTTP/1.1", "bad-request"),
         ("GET /folded HTTP/1.1", "bad-request"),
     ]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_cli_that_fails_ends_its_turn_with_an_error_the_bench_ends_the_run_on(tmp_path, backend) -> None:
+    """A CLI that exits non-zero by itself (an API error, a crash) reports `error`: the bench ends
+    the run errored rather than scoring the initial system as its result (issue 39); one that
+    exits 0, or that a limit stopped, does not."""
+    from tests.conftest import cli_turn_env
+
+    cfg, env = cli_turn_env(
+        tmp_path, backend, "#!/bin/bash\necho 'API Error: 401 invalid x-api-key'\nexit 3\n"
+    )
+    result = make_agent(cfg).turn(env)
+    assert result.error == "hostile exited 3: API Error: 401 invalid x-api-key", result
+    (tmp_path / "ok").mkdir()
+    cfg, env = cli_turn_env(tmp_path / "ok", backend, "#!/bin/bash\necho fine\n")
+    assert make_agent(cfg).turn(env).error is None

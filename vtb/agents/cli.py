@@ -223,11 +223,15 @@ class CLIAgent:
         if out.get("bridge"):  # the bridge stopped or died: the turn ended for that reason
             ended += f": {out['bridge']}"
         stopped = "wall" if out["killed"] == "wall" else None
+        crashed = not out["killed"] and not out.get("bridge") and out["returncode"] not in (0, None)
+        last = " / ".join(line["line"] for line in out["output"][-3:])[-300:]
         return TurnResult(
             done=submit,
             stopped=stopped,
             usage=usage.source,
             notes=f"{cfg.name}: {ended}" + (", submitted" if submit else ""),
+            # the CLI itself failed (an API error, a crash): the run ends errored, not scored
+            error=f"{cfg.name} exited {out['returncode']}: {last}" if crashed else None,
         )
 
 
