@@ -59,3 +59,39 @@ def test_only_the_tiny_models_key_follows_the_data():
     assert model_key(ModelConfig(), one) != model_key(ModelConfig(), two)
     smol = ModelConfig(name="smollm2", kind="smollm2")
     assert model_key(smol, one) == model_key(smol, two)
+
+
+def test_a_made_base_model_is_kept_for_the_machine_and_copied_into_a_fresh_cache(
+    tmp_path, monkeypatch
+) -> None:
+    """Issue 38: every fresh cache_dir (a new run folder, a test, a sweep) pre-trained the tiny
+    model again (~50 s for the default one). It is kept machine-wide by its step key and sandbox
+    shape, and a fresh cache gets the same bits without a sandbox run; a partial copy (no mark)
+    is never used."""
+    from vtb.config import ModelConfig, SandboxConfig
+
+    monkeypatch.setenv("VTB_MODEL_CACHE_DIR", str(tmp_path / "machine"))
+    task = MathConfig(name="math", n_pool=60, n_val=10, n_test=10, initial_data_size=20)
+    (tmp_path / "a").mkdir()
+    data = pipeline.provision_data(task, tmp_path / "a")
+    model = ModelConfig(name="tiny", kind="tiny", n_layer=1, n_embd=32, pretrain_steps=2, pretrain_texts=50)
+    key = keys.model_key(model, data.hashes)
+    said: list[str] = []
+    args = (model, task, __import__("pathlib").Path(data.data_dir))
+    first = pipeline.provision_model(
+        *args, pipeline.model_dir(tmp_path / "a", model, key), SandboxConfig(), said.append
+    )
+    assert first.charge is not None and first.charge.cpu_seconds > 0  # made in a sandbox
+    [kept] = list((tmp_path / "machine").iterdir())
+    assert (kept / pipeline.KEPT_MARK).is_file()
+    second = pipeline.provision_model(
+        *args, pipeline.model_dir(tmp_path / "b", model, key), SandboxConfig(), said.append
+    )
+    assert second.hash == first.hash and second.charge is None and "made earlier on this machine" in said[-1]
+    assert not (tmp_path / "b" / "models" / f"tiny-{key[:16]}" / pipeline.KEPT_MARK).exists()
+    (kept / pipeline.KEPT_MARK).unlink()  # as if a copy had been cut short: made again
+    third = pipeline.provision_model(
+        *args, pipeline.model_dir(tmp_path / "c", model, key), SandboxConfig(), said.append
+    )
+    assert third.charge is not None and third.hash == first.hash
+    assert (kept / pipeline.KEPT_MARK).is_file()  # the partial copy replaced by a whole one

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -77,9 +78,20 @@ def provision_model(
     sandbox_cfg: SandboxConfig,
     echo: Callable,
 ) -> ModelResult:
-    """Make (tiny, in a sandbox), convert (smollm2) or fetch (hub) the base model into out."""
+    """Make (tiny, in a sandbox), convert (smollm2) or fetch (hub) the base model into out.
+
+    A made or converted model is also kept machine-wide (`machine_model_dir`, by the step's key
+    and the sandbox shape it was made in), so a fresh cache_dir on this machine (a test, a sweep,
+    a new run folder) copies it instead of pre-training or converting again (~50 s for the
+    default tiny model). It is a deterministic function of that key: the same bits either way."""
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
+    kept = machine_model_dir() / f"{out.name}-{sandbox_cfg.backend}-{sandbox_cfg.threads}t-{int(sandbox_cfg.reproducible)}"
+    if model.kind in ("tiny", "smollm2") and (kept / KEPT_MARK).is_file():
+        echo(f"the {model.name} base model made earlier on this machine: {kept}")
+        safefs.copy_tree(kept, tmp)
+        (tmp / KEPT_MARK).unlink(missing_ok=True)
+        return _finish_model(tmp, out, None)
     charge = None
     if model.kind == "tiny":
         charge = _build_tiny(model, task, data_dir, tmp, sandbox_cfg, echo)
@@ -102,11 +114,44 @@ def provision_model(
         write_model_info(tmp, kind="hub", hub_id=model.hub_id, n_params=count_params(hub_model))
     else:
         raise ValueError(f"model.kind={model.kind!r} is not one of tiny, smollm2, hub")
+    result = _finish_model(tmp, out, charge)
+    if model.kind in ("tiny", "smollm2"):
+        _keep(out, kept)
+    return result
+
+
+KEPT_MARK = ".vtb-complete"  # written last: a machine-wide copy without it is partial, never used
+
+
+def machine_model_dir() -> Path:
+    """Where made and converted base models are kept for every run on this machine
+    ($VTB_MODEL_CACHE_DIR, default ~/.cache/vtb/models): orchestrator-only, never mounted."""
+    return Path(os.environ.get("VTB_MODEL_CACHE_DIR") or Path.home() / ".cache" / "vtb" / "models")
+
+
+def _finish_model(tmp: Path, out: Path, charge: Charge | None) -> ModelResult:
     shutil.rmtree(out, ignore_errors=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp.rename(out)
     info = json.loads((out / "vtb_model.json").read_text()) if (out / "vtb_model.json").exists() else {}
     return ModelResult(base_dir=str(out), n_params=info.get("n_params"), hash=hash_dir(out), charge=charge)
+
+
+def _keep(out: Path, kept: Path) -> None:
+    """Copy a made model to the machine-wide folder (best effort: a read-only home keeps nothing)."""
+    part = kept.with_name(f"{kept.name}.part{os.getpid()}")
+    try:
+        shutil.rmtree(part, ignore_errors=True)
+        safefs.copy_tree(out, part)
+        (part / KEPT_MARK).write_text("")
+        if kept.exists() and not (kept / KEPT_MARK).is_file():  # a copy cut short: replaced
+            shutil.rmtree(kept, ignore_errors=True)
+        if not kept.exists():
+            part.rename(kept)
+    except OSError:
+        pass
+    finally:
+        shutil.rmtree(part, ignore_errors=True)
 
 
 def _build_tiny(
