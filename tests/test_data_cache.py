@@ -47,7 +47,7 @@ def test_domains_come_from_a_registry() -> None:
         with pytest.raises(ValueError, match="unknown task 'no-such'.*math.*throwaway"):
             registry.get_domain("no-such")
     finally:
-        registry._REGISTRY.pop("throwaway")
+        registry.DOMAINS._items.pop("throwaway")
 
 
 def test_only_the_tiny_models_key_follows_the_data():

@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
         "vtb.domains.salt",
         "vtb.plots",
         "vtb.markdown",
+        "vtb.registry",
     ),
     (
         "vtb.hashing",

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Protocol, TypeVar
 
 from vtb.config import AgentConfig
+from vtb.registry import Registry
 
 
 @dataclass
@@ -99,28 +100,34 @@ class ResearchAgent(Protocol):
     def turn(self, env: ResearchEnv) -> TurnResult: ...
 
 
-_REGISTRY: dict[str, Callable[[AgentConfig], ResearchAgent]] = {}
-
-
-def register(name: str):
-    def deco(factory: Callable[[AgentConfig], ResearchAgent]):
-        _REGISTRY[name] = factory
-        return factory
-
-    return deco
+BUILTIN = ("noop", "greedy", "llm", "cli")
+# name -> factory(AgentConfig); built-ins in vtb/agents/<name>.py, outside packages by the
+# "vtb.agents" entry point group (vtb/registry.py)
+AGENTS: Registry[Callable[[AgentConfig], ResearchAgent]] = Registry(
+    "agent", "vtb.agents", lambda name: f"vtb.agents.{name}" if name in BUILTIN else None, BUILTIN
+)
+register = AGENTS.register
 
 
 def make_agent(cfg: AgentConfig) -> ResearchAgent:
+    """The agent `cfg` names: its factory (agent.factory, else agent.name) from the registry,
+    after importing agent.module where one is set (an agent in a module of one's own)."""
     factory = cfg.factory or cfg.name
-    module = cfg.module or f"vtb.agents.{factory}"
+    if cfg.module:
+        try:
+            importlib.import_module(cfg.module)
+        except ModuleNotFoundError as e:
+            raise ValueError(
+                f"agent={cfg.name}: cannot import {cfg.module} ({e}); fix agent.module (a module on "
+                "the Python path that registers the agent)"
+            ) from e
     try:
-        importlib.import_module(module)
-    except ModuleNotFoundError as e:
+        return AGENTS.get(factory)(cfg)
+    except ValueError as e:
+        if not str(e).startswith("unknown agent"):
+            raise
+        where = f"{cfg.module} registers no agent {factory!r}" if cfg.module else str(e)
         raise ValueError(
-            f"agent={cfg.name}: cannot import {module} ({e}); add the module or set agent.module"
-        ) from e
-    if factory not in _REGISTRY:
-        raise ValueError(
-            f"agent={cfg.name}: {module} registers no agent {factory!r}; known: {sorted(_REGISTRY)}"
-        )
-    return _REGISTRY[factory](cfg)
+            f"agent={cfg.name}: {where}; register one with @register({factory!r}) in a module set as "
+            '+agent.module, or through a package\'s "vtb.agents" entry point'
+        ) from None

@@ -7,12 +7,12 @@ vtb.sandbox.runtime.SANDBOX_CODE; vtb/domains/__init__.py stays import-free for 
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
 from vtb.config import TaskConfig, TrainerConfig
+from vtb.registry import Registry
 from vtb.runner import Episode
 from vtb.sandbox.base import Sandbox
 
@@ -62,42 +62,28 @@ class ScoredEpisode(Episode, Protocol):
         ...
 
 
-_REGISTRY: dict[str, Callable[[], Domain]] = {}
+BUILTIN = ("math", "tau", "terminal", "swe")  # each registers itself on import
 
-
-def register_domain(name: str):
-    """Class decorator: `@register_domain("math")` makes `task=math` build this domain."""
-
-    def deco(factory: Callable[[], Domain]):
-        _REGISTRY[name] = factory
-        return factory
-
-    return deco
+# name -> domain factory; built-ins in vtb/domains/<name>/domain.py (a new one is its folder and a
+# conf/task file), outside packages by the "vtb.domains" entry point group (vtb/registry.py)
+DOMAINS: Registry[Callable[[], Domain]] = Registry(
+    "task", "vtb.domains", lambda name: f"vtb.domains.{name}.domain", BUILTIN
+)
+register_domain = DOMAINS.register
 
 
 def domain_config(name: str) -> type[TaskConfig]:
     """The config class of the domain registered under `name` (its `config`; TaskConfig if none)."""
-    _load(name)
-    return getattr(_REGISTRY[name], "config", TaskConfig)
+    return getattr(_get(name), "config", TaskConfig)
 
 
 def get_domain(name: str) -> Domain:
-    """The domain registered under `name`; `vtb/domains/<name>/domain.py` is imported to find it,
-    so a new domain is its folder (and a conf/task file), with no list here to edit."""
-    _load(name)
-    return _REGISTRY[name]()
+    """The domain registered under `name`."""
+    return _get(name)()
 
 
-def _load(name: str) -> None:
-    if name not in _REGISTRY and name.isidentifier():
-        try:
-            importlib.import_module(f"vtb.domains.{name}.domain")
-        except ModuleNotFoundError as e:
-            if e.name not in (f"vtb.domains.{name}", f"vtb.domains.{name}.domain"):
-                raise  # the domain exists but an import inside it failed: show that error
-    if name not in _REGISTRY:
-        known = sorted({*_REGISTRY, *BUILTIN})
-        raise ValueError(f"unknown task {name!r}; available: {', '.join(known)} (set task=<name>)")
-
-
-BUILTIN = ("math", "tau", "terminal", "swe")  # named in the error; each registers itself on import
+def _get(name: str) -> Callable[[], Domain]:
+    try:
+        return DOMAINS.get(name)
+    except ValueError as e:
+        raise ValueError(f"{e} (set task=<name>)") from None

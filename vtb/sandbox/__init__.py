@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 
+from vtb.registry import Registry
 from vtb.sandbox.base import USAGE_FILE, Limits, Mount, Sandbox, SandboxProcess, SandboxResult
 from vtb.sandbox.runtime import runtime_mounts
 
@@ -31,9 +32,15 @@ __all__ = [
 ]
 
 
+# name -> backend class; outside packages add one through the "vtb.sandboxes" entry point group
+# (vtb/registry.py). It must pass the same isolation tests as these.
+SANDBOXES: Registry = Registry("sandbox backend", "vtb.sandboxes", lambda name: None, BACKENDS)
+for _name, _where in BACKENDS.items():  # the built-ins load their module only when asked for
+    SANDBOXES.register(_name)(
+        lambda _w=_where, **kw: getattr(importlib.import_module(_w.split(":")[0]), _w.split(":")[1])(**kw)
+    )
+
+
 def make_sandbox(name: str, **kwargs) -> Sandbox:
     """A sandbox backend by name; kwargs go to its constructor (threads=2, gpus=; docker: image=)."""
-    if name not in BACKENDS:
-        raise ValueError(f"unknown sandbox backend {name!r}; known backends: {', '.join(BACKENDS)}")
-    module, cls = BACKENDS[name].split(":")
-    return getattr(importlib.import_module(module), cls)(**kwargs)
+    return SANDBOXES.get(name)(**kwargs)

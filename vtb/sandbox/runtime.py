@@ -66,6 +66,7 @@ SANDBOX_CODE: tuple[str, ...] = (
     "serve",  # the model server, its in-sandbox bridge and the harnesses' client
     "engine",  # trainers (vtb.engine.sft, ds_launch) and inference engines
     "models",  # vtb.models.build (the tiny base model is built in a sandbox)
+    "registry.py",  # what vtb.sandbox imports for its backends' names (a leaf)
     "sandbox/__init__.py",  # `python -m vtb.sandbox.egress`, the CLI agent's in-sandbox bridge ...
     "sandbox/base.py",  # ... and what its package imports (no backend, no secrets)
     "sandbox/runtime.py",
