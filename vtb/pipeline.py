@@ -86,7 +86,10 @@ def provision_model(
     default tiny model). It is a deterministic function of that key: the same bits either way."""
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    kept = machine_model_dir() / f"{out.name}-{sandbox_cfg.backend}-{sandbox_cfg.threads}t-{int(sandbox_cfg.reproducible)}"
+    kept = (
+        machine_model_dir()
+        / f"{out.name}-{sandbox_cfg.backend}-{sandbox_cfg.threads}t-{int(sandbox_cfg.reproducible)}"
+    )
     if model.kind in ("tiny", "smollm2") and (kept / KEPT_MARK).is_file():
         echo(f"the {model.name} base model made earlier on this machine: {kept}")
         safefs.copy_tree(kept, tmp)
