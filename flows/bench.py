@@ -33,7 +33,8 @@ from flows.signals import ERRORED, refuse, run_main
 from flows.watch import artifact_key, bench_tags, iteration_rows, send_progress_to_prefect, ui_watch
 from steps import prefect_steps
 from vtb import record
-from vtb.bench import Bench, default_run_id, preflight, preflight_data
+from vtb.bench import Bench
+from vtb.build import default_run_id, preflight, preflight_data
 from vtb.compose import check_command_line, compose_config, to_config
 from vtb.config import CONF_DIR, BenchConfig
 from vtb.preflight import PreflightError

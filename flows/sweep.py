@@ -40,7 +40,7 @@ from flows.gpu import ensure_limits, gpu_slot
 from flows.signals import refuse, run_main
 from flows.watch import bench_tags
 from vtb import leaderboard, safefs
-from vtb.bench import default_run_id
+from vtb.build import default_run_id
 from vtb.compose import check_command_line, compose_config
 from vtb.config import CONF_DIR, BenchConfig
 from vtb.domains import salt

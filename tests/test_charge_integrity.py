@@ -245,7 +245,7 @@ def test_a_model_too_big_for_the_cpu_is_calibrated_on_the_tiny_shape_without_gpu
     """A hub model (and a GPU run) gets CPU rates from the tiny shape, measured with no GPU attached."""
     from dataclasses import replace
 
-    from vtb.bench import flops_floor_calibration
+    from vtb.build import flops_floor_calibration
     from vtb.config import BenchConfig
 
     cfg = BenchConfig()

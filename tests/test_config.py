@@ -4,7 +4,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-from vtb.bench import default_run_id
+from vtb.build import default_run_id
 from vtb.compose import to_config
 from vtb.config import CONF_DIR, BenchConfig
 
@@ -85,7 +85,7 @@ def test_the_h100_preset_budgets_gpu_seconds_and_composes_with_sandbox_gpus() ->
 
 
 def test_gpu_presets_fail_before_any_work_without_a_gpu():
-    from vtb.bench import check_gpu_settings
+    from vtb.build import check_gpu_settings
 
     for overrides, match in [
         (["model=qwen3_1p7b"], "needs a GPU"),
@@ -105,7 +105,7 @@ def test_gpu_presets_fail_before_any_work_without_a_gpu():
 
 def test_instruct_reference_presets_provision_from_the_hub_or_a_local_dir(tmp_path):
     from vtb import pipeline
-    from vtb.bench import reference_model_config
+    from vtb.build import reference_model_config
     from vtb.config import SandboxConfig, TaskConfig
     from vtb.models.toy import build_toy_model
 

@@ -50,6 +50,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("vtb.domains", "vtb.agents", "vtb.calibrate", "vtb.service", "vtb.repro", "vtb.provenance"),
     ("vtb.keys", "vtb.compose"),
     ("vtb.pipeline", "vtb.analysis"),
+    ("vtb.build",),
     ("vtb.bench",),
     ("steps",),
     ("flows",),

@@ -129,7 +129,7 @@ def test_long_problem_lists_are_capped_and_every_place_named():
 def test_a_cli_run_writes_each_system_once(tmp_path: Path, monkeypatch):
     """Was: the CLI's preflight, the flow's and the background reference each wrote the systems
     (for tau, three replays of every demonstration). Now a process builds each system once."""
-    from vtb.bench import check_data
+    from vtb.build import check_data
     from vtb.compose import compose_config
     from vtb.domains.registry import get_domain
     from vtb.pipeline import build_system, provision_data

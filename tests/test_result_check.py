@@ -157,7 +157,7 @@ def test_dispatch_mode_follows_prefect_api_url(monkeypatch) -> None:
 def test_a_worker_takes_gpus_and_paths_from_its_environment(tmp_path, monkeypatch) -> None:
     from flows.bench import job_config
     from flows.gpu import limit_name, worker_gpus
-    from vtb.bench import default_run_id
+    from vtb.build import default_run_id
     from vtb.compose import compose_config
 
     assert worker_gpus({"VTB_GPUS": "0,1", "CUDA_VISIBLE_DEVICES": "5"}) == ["0", "1"]

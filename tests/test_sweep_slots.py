@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from flows.sweep import SweepConfig, bench_configs, parallelism, run_benches, with_gpu
-from vtb.bench import default_run_id
+from vtb.build import default_run_id
 
 
 class FakeBench:
