@@ -34,7 +34,8 @@ from flows.watch import artifact_key, bench_tags, iteration_rows, send_progress_
 from steps import prefect_steps
 from vtb import record
 from vtb.bench import Bench
-from vtb.build import default_run_id, preflight, preflight_data
+from vtb.build import preflight, preflight_data
+from vtb.build import run_id as run_id_of
 from vtb.compose import check_command_line, compose_config, to_config
 from vtb.config import CONF_DIR, BenchConfig
 from vtb.preflight import PreflightError
@@ -42,7 +43,7 @@ from vtb.preflight import PreflightError
 
 def run_bench(cfg: BenchConfig) -> dict:
     """Run one bench as a Prefect flow run, tagged (flows/watch.py `bench_tags`); returns result.json's content."""
-    name = default_run_id(cfg) if cfg.run_id is None else cfg.run_id
+    name = run_id_of(cfg)
     check_bench(cfg)
     with tags(*bench_tags(cfg)):
         return bench_flow.with_options(flow_run_name=name)(cfg)
@@ -63,7 +64,7 @@ def bench_flow(cfg: BenchConfig) -> dict:
 def _bench(cfg: BenchConfig) -> dict:
     """The body of a bench flow run (inline or deployed): the bench, then its UI artifacts."""
     send_progress_to_prefect()  # the bench's lines also in this run's Logs tab
-    run_id = cfg.run_id or default_run_id(cfg)
+    run_id = run_id_of(cfg)
     bench = Bench(cfg, prefect_steps(cfg.paths()[1]), watch=ui_watch(run_id, cfg))
     result = bench.run()
     publish_artifacts(bench.run_id, Path(result["record"]), [c.to_json() for c in bench.history])
@@ -80,7 +81,7 @@ def job_config(overrides: list[str] | None = None, config: dict | None = None) -
     if (overrides is None) == (config is None):
         raise ValueError("give a bench deployment either `overrides` or `config`, not both or neither")
     cfg = compose_config(list(overrides)) if config is None else to_config(config)
-    cfg = replace(cfg, run_id=cfg.run_id or default_run_id(cfg))
+    cfg = replace(cfg, run_id=run_id_of(cfg))
     return replace(
         cfg,
         runs_dir=os.environ.get("VTB_RUNS_DIR") or cfg.runs_dir,

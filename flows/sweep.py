@@ -40,7 +40,7 @@ from flows.gpu import ensure_limits, gpu_slot
 from flows.signals import refuse, run_main
 from flows.watch import bench_tags
 from vtb import leaderboard, safefs
-from vtb.build import default_run_id
+from vtb.build import run_id as run_id_of
 from vtb.compose import check_command_line, compose_config
 from vtb.config import CONF_DIR, BenchConfig
 from vtb.domains import salt
@@ -128,7 +128,7 @@ def _one(cfg: BenchConfig) -> dict:
     bench plus `sweep:<the sweep run's name>`; a failure becomes a row, not an exception."""
     from prefect.runtime import flow_run
 
-    name = cfg.run_id or default_run_id(cfg)
+    name = run_id_of(cfg)
     try:
         check_bench(cfg)  # a misconfigured agent, GPU preset or data set fails here, before any work
     except ValueError as e:
@@ -160,7 +160,7 @@ def with_gpu(cfg: BenchConfig, gpu: str) -> BenchConfig:
     The run id is pinned first (from the config without the slot), so a bench keeps its run
     record and cached steps whichever slot it gets.
     """
-    run_id = cfg.run_id or default_run_id(cfg)
+    run_id = run_id_of(cfg)
     return replace(cfg, run_id=run_id, sandbox=replace(cfg.sandbox, gpus=str(gpu)))
 
 
@@ -210,7 +210,7 @@ def deployed_benches(cfg: SweepConfig) -> list[dict]:
     jobs = []
     for overrides, bench in zip(bench_overrides(cfg), bench_configs(cfg), strict=True):
         # no preflight here: GPUs, CLIs and endpoints are the worker's, which checks them first
-        run = bench.run_id or default_run_id(bench)
+        run = run_id_of(bench)
         sha = salt.salt_sha256(bench.task)  # every worker must draw the sweep's split (result_check)
         split = {"kind": salt.split_kind(sha), "salt_sha256": sha}
         expected = {

@@ -23,7 +23,8 @@ from typing import Any
 from vtb import analysis, contamination, keys, noise, pipeline, progress, provenance, record, repro
 from vtb.agents import Feedback, best_of
 from vtb.blind import null_model, secret_of
-from vtb.build import check_data, default_run_id, floor_of, flops_floor_calibration, reference_model_config
+from vtb.build import check_data, floor_of, flops_floor_calibration, reference_model_config
+from vtb.build import run_id as run_id_of
 from vtb.config import BenchConfig, ModelConfig
 from vtb.domains.registry import get_domain
 from vtb.hashing import hash_json
@@ -101,7 +102,7 @@ class Bench:
         check_budget(cfg.budget.unit, cfg.sandbox.gpus)  # also for flows that skip preflight (sweeps)
         self.cfg, self.steps = cfg, steps
         self.runs, self.cache = cfg.paths()
-        self.run_id = cfg.run_id or default_run_id(cfg)
+        self.run_id = run_id_of(cfg)
         self.rec = record.RunRecord(self.runs / self.run_id)
         self.store = self.cache / "snapshots"
         self.store.mkdir(parents=True, exist_ok=True)

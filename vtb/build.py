@@ -28,6 +28,11 @@ def default_run_id(cfg: BenchConfig) -> str:
     return f"{cfg.task.name}-{cfg.agent.name}-s{cfg.seed}-{tag[:8]}"
 
 
+def run_id(cfg: BenchConfig) -> str:
+    """The run's id: `run_id` where the config sets one, else `default_run_id`."""
+    return cfg.run_id or default_run_id(cfg)
+
+
 def flops_floor_calibration(cfg: BenchConfig, cache: Path, base_dir: Path, system_dir: Path) -> dict:
     """The floor's rates: budget.flops_per_cpu_second for every kind, or calibrated on this base model.
 
