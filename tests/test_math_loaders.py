@@ -151,3 +151,14 @@ def test_hf_name_goes_to_datasets(monkeypatch: pytest.MonkeyPatch) -> None:
     assert calls[-1] == ("opencompass/AIME2025", ())
     with pytest.raises(ValueError, match="no split 'dev'"):
         loaders.load("gsm8k", "openai/gsm8k", "dev")
+
+
+def test_a_missing_path_or_an_unloadable_data_set_name_is_one_clear_refusal(monkeypatch) -> None:
+    """`task.path=/nonexistent` (no suffix) was taken for a Hugging Face name and died in
+    `datasets` with a traceback (issue 39); a path is a path, and a name that cannot load says so."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(ValueError, match=r"math500 file not found: /nonexistent \(expected MATH-500"):
+        loaders.load("math500", "/nonexistent", "test")
+    with pytest.raises(ValueError, match=r"no/such-set: cannot load it as a Hugging Face data set"):
+        loaders.load("math500", "no/such-set", "test")

@@ -76,7 +76,9 @@ def metric_of(task: TaskConfig) -> str:
 
 
 def _is_local(source: str) -> bool:
-    return Path(source).exists() or source.endswith(LOCAL_SUFFIXES)
+    """A path (it exists, has a data file's suffix, or is written as a path: /x, ./x, ~/x), not a
+    Hugging Face data set name (org/name)."""
+    return Path(source).exists() or source.endswith(LOCAL_SUFFIXES) or source.startswith(("/", ".", "~"))
 
 
 def _read_local(path: str, kind: str) -> list[dict]:
@@ -92,7 +94,13 @@ def _read_hf(name: str, config: str | None, split: str) -> list[dict]:
     """The split asked for, or a data set's only split (AIME sets publish `train` or `test`)."""
     import datasets
 
-    splits = datasets.load_dataset(name, config) if config else datasets.load_dataset(name)
+    try:
+        splits = datasets.load_dataset(name, config) if config else datasets.load_dataset(name)
+    except (OSError, ValueError, ConnectionError) as e:  # not found, offline, no such config
+        raise ValueError(
+            f"{name}: cannot load it as a Hugging Face data set ({type(e).__name__}: {str(e)[:200]}); "
+            "give task.path a local .jsonl/.json/.parquet file, or a data set name with the hub reachable"
+        ) from None
     if split not in splits and len(splits) == 1:
         split = next(iter(splits))
     if split not in splits:
