@@ -33,7 +33,7 @@ def median_ms(fn: Callable[[], object]) -> float:
 
 
 def compare() -> None:
-    """Wall time per sandboxed step on bwrap and docker: the figure in the README."""
+    """Wall time per sandboxed step on bwrap and docker: the figure in docs/sandboxes.md."""
     mounts, limits = runtime_mounts(), Limits(wall_seconds=120, cpu_seconds=120)
     steps = {
         "true": ["true"],

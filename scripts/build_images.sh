@@ -77,7 +77,7 @@ orchestrator() {
   printf 'root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n' >"$root/etc/passwd"
   printf 'root:x:0:\nnogroup:x:65534:\n' >"$root/etc/group"
   # .agents/ (the agent CLIs, ~2 GB) stays out: the pool's benches run the built-in agents; a CLI
-  # agent needs it bound read-only at its host path in the job's volumes (README, docker pool)
+  # agent needs it bound read-only at its host path in the job's volumes (docs/deployments.md, Docker pool)
   local ex=(--exclude="${repo#/}/.git" --exclude="${repo#/}/.cache" --exclude="${repo#/}/runs"
             --exclude="${repo#/}/.agents"
             --exclude="${repo#/}/.sandbox-code" --exclude="${repo#/}/.wheels" --exclude='__pycache__'

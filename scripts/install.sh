@@ -2,7 +2,7 @@
 # Installs everything the benchmark needs on a fresh Debian/Ubuntu machine:
 # the system package bubblewrap (the default sandbox) and a virtualenv .venv with the project.
 # Usage: scripts/install.sh            CPU (idempotent; re-run after pulling)
-#        scripts/install.sh --gpu      a GPU machine: the pinned GPU stack in one resolve (README, GPUs)
+#        scripts/install.sh --gpu      a GPU machine: the pinned GPU stack in one resolve (docs/gpus.md)
 #        TORCH_SPEC="torch==2.9.1" scripts/install.sh   to pick another torch build (CPU only)
 set -euo pipefail
 cd "$(dirname "$0")/.."

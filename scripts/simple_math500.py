@@ -1,4 +1,4 @@
-"""Write a MATH-500-layout file of simple problems with boxed answers (README, Real benchmarks).
+"""Write a MATH-500-layout file of simple problems with boxed answers (docs/real-benchmarks.md).
 
     python scripts/simple_math500.py OUT.jsonl [--n 700]
 

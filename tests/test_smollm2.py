@@ -95,7 +95,7 @@ def test_the_harness_prompts_as_the_trainer_trained(smol_dir, monkeypatch):
 
 def test_a_shrunk_smollm2_bench_runs_whole(smol_dir, tmp_path, prefect_server, monkeypatch):
     """budget=smollm2_cpu, shrunk: LoRA on chat-template prompts, validation and grading through
-    the model server, a reference row. The full preset's figures are in the README."""
+    the model server, a reference row. The full preset's figures are in docs/models.md."""
     from safetensors import safe_open
 
     from flows.bench import run_bench

@@ -139,7 +139,7 @@ class SandboxConfig:
     backend: str = "bwrap"
     threads: int = 2  # torch/OMP threads inside the sandbox
     # The same CPU code paths on every x86-64 machine with AVX2 (vtb/sandbox/runtime.py
-    # REPRODUCIBLE_CPU): the same figures anywhere, at a speed cost measured in the README
+    # REPRODUCIBLE_CPU): the same figures anywhere, at a speed cost measured in docs/reproducibility.md
     reproducible: bool = True
     step_wall_s: float = 900.0  # per sandboxed step
     step_cpu_s: float = 1800.0  # per sandboxed step, whole process tree
@@ -184,7 +184,7 @@ class BudgetConfig:
     # CPU-seconds past start-up × the FLOPs per CPU-second our engines reach on this base model
     # for its kind of step + its GPU-seconds × flops_per_gpu_second), so a trainer or harness
     # that under-reports FLOPs gains at most 1/floor_fraction. Below 1 as slack for load and for
-    # honest code slower than the calibration loop (measured: see README, Budget).
+    # honest code slower than the calibration loop (measured: see docs/budget.md).
     floor_fraction: float = 0.5
     # CPU-seconds past the calibrated start-up that are never floored: a short honest step's start-up
     # varies by more than its work, and a floored honest step would make the ledger timing-dependent.
