@@ -78,12 +78,15 @@ class Proc:
                     os.killpg(group, sig)
                 except ProcessLookupError:
                     pass
+            deadline = time.monotonic() + (5 if sig == signal.SIGTERM else 15)
+            while time.monotonic() < deadline and any(_alive(p) for p in pids):
+                time.sleep(0.1)  # the whole tree, not only the leader: a worker's flow runs too
             try:
-                self.proc.wait(timeout=15)
-                if sig == signal.SIGTERM and not any(_alive(p) for p in pids):
-                    return
+                self.proc.wait(timeout=1)
             except subprocess.TimeoutExpired:
-                pass
+                continue
+            if not any(_alive(p) for p in pids):
+                return
 
 
 def _alive(pid: int) -> bool:
