@@ -8,8 +8,6 @@ entry; every backend must pass the same isolation tests (tests/test_sandbox_isol
 
 from __future__ import annotations
 
-import importlib
-
 from vtb.registry import Registry
 from vtb.sandbox.base import USAGE_FILE, Limits, Mount, Sandbox, SandboxProcess, SandboxResult
 from vtb.sandbox.runtime import runtime_mounts
@@ -34,11 +32,12 @@ __all__ = [
 
 # name -> backend class; outside packages add one through the "vtb.sandboxes" entry point group
 # (vtb/registry.py). It must pass the same isolation tests as these.
-SANDBOXES: Registry = Registry("sandbox backend", "vtb.sandboxes", lambda name: None, BACKENDS)
-for _name, _where in BACKENDS.items():  # the built-ins load their module only when asked for
-    SANDBOXES.register(_name)(
-        lambda _w=_where, **kw: getattr(importlib.import_module(_w.split(":")[0]), _w.split(":")[1])(**kw)
-    )
+SANDBOXES: Registry = Registry(
+    "sandbox backend",
+    "vtb.sandboxes",
+    lambda name: BACKENDS.get(name, "").partition(":")[0] or None,
+    BACKENDS,
+)
 
 
 def make_sandbox(name: str, **kwargs) -> Sandbox:

@@ -35,6 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from vtb.sandbox import SANDBOXES
 from vtb.sandbox import cgroup as cgroups
 from vtb.sandbox.base import USAGE_FILE, Limits, Mount, SandboxResult, SandboxStartError
 from vtb.sandbox.cgroup import CpuCgroup, MemoryCgroup
@@ -184,6 +185,7 @@ def launcher(
     return ["/bin/sh", "-c", "; ".join([*steps, 'exec "$@"']), "vtb-launch", *args]
 
 
+@SANDBOXES.register("bwrap")
 class BwrapSandbox:
     """`Sandbox` backed by bubblewrap.
 

@@ -35,6 +35,7 @@ import time
 import uuid
 from pathlib import Path
 
+from vtb.sandbox import SANDBOXES
 from vtb.sandbox.base import USAGE_FILE, Limits, Mount, SandboxResult, SandboxStartError
 from vtb.sandbox.bwrap import check_mount
 from vtb.sandbox.cgroup import MemoryCgroup
@@ -218,6 +219,7 @@ def _register_exit_cleanup() -> None:
     atexit.register(cleanup_own)
 
 
+@SANDBOXES.register("docker")
 class DockerSandbox:
     """`Sandbox` backed by a Docker Engine (the `docker` SDK, low-level API).
 
