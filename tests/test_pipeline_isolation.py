@@ -55,7 +55,8 @@ def research(layout, backend):
         "cat /data/../hidden/test.jsonl",
         "cat /proc/{pid}/root{secret}",
         "cat /proc/1/root{secret}",
-        "grep -r SECRET-ANSWER / 2>/dev/null",
+        # the whole filesystem the sandbox sees (not the kernel's /proc and /sys, which never end)
+        "grep -r --exclude-dir=proc --exclude-dir=sys SECRET-ANSWER / 2>/dev/null",
     ],
 )
 def test_research_commands_cannot_read_the_test_split(research, layout, command):
@@ -63,6 +64,8 @@ def test_research_commands_cannot_read_the_test_split(research, layout, command)
     out = research.run(cmd)
     assert "SECRET-ANSWER" not in out["stdout"] + out["stderr"]
     assert out["returncode"] != 0
+    if command.startswith("grep"):  # a search cut short by the wall clock would prove nothing
+        assert out["killed"] is None and out["returncode"] in (1, 2), out  # 2: unreadable files met
     assert research.log[-1]["command"] == cmd  # the attempt is in the turn's trajectory
 
 
