@@ -95,7 +95,10 @@ def test_the_harness_prompts_as_the_trainer_trained(smol_dir, monkeypatch):
 
 def test_a_shrunk_smollm2_bench_runs_whole(smol_dir, tmp_path, prefect_server, monkeypatch):
     """budget=smollm2_cpu, shrunk: LoRA on chat-template prompts, validation and grading through
-    the model server, a reference row. The full preset's figures are in docs/models.md."""
+    the model server. The reference row and the null-model check are left out (CI time: a second
+    LoRA training and a grading play of a 135M model); both run on the tiny model in
+    test_bench_core, and LoRA training of this model is checked above. The full preset's figures
+    are in docs/models.md."""
     from safetensors import safe_open
 
     from flows.bench import run_bench
@@ -113,8 +116,8 @@ def test_a_shrunk_smollm2_bench_runs_whole(smol_dir, tmp_path, prefect_server, m
             "task.n_val=4",
             "task.n_test=4",
             "task.initial_data_size=8",
-            "task.reference_data_size=8",
-            "task.reference_trainer={method:lora,epochs:1,batch_size:8}",
+            "reference=false",
+            "null_model_check=false",
             "agent.max_iterations=1",  # greedy's first proposal: the calculator harness (no training)
             "base_model_check=false",
             "provenance_check=false",  # one grading play fewer: the audit is model-blind (tiny, copier)
@@ -125,7 +128,7 @@ def test_a_shrunk_smollm2_bench_runs_whole(smol_dir, tmp_path, prefect_server, m
         ]
     )
     result = run_bench(cfg)
-    scores = {name: result[name]["test_score"] for name in ("initial", "submitted", "reference")}
+    scores = {name: result[name]["test_score"] for name in ("initial", "submitted")}
     assert all(0.0 <= s <= 1.0 for s in scores.values()), scores
     record = Path(result["record"])
     first = json.loads((record / "iterations" / "00.json").read_text())
