@@ -265,3 +265,75 @@ def test_a_harness_that_answers_for_its_model_is_flagged(tmp_path, backend, copi
     print(f"\n[{backend}] " + "\n".join(lines))
     # The attacks work (else the test shows nothing): each lifts the graded score, and is flagged.
     assert lifted == list(attacks), lines
+
+
+# -- the written check (SWE-bench) -------------------------------------------------------------------
+
+
+def test_the_transcript_credits_the_model_with_what_it_wrote_in_any_form(tmp_path) -> None:
+    """An edit line, a sed command or a diff the model wrote all credit it with the added line; a
+    line the harness sent first, or wrote itself, does not; trivial lines are not counted."""
+    from vtb.serve import transcript
+
+    w = transcript.Writer(tmp_path / "t.jsonl")
+    w.add("prompt", ["issue: mean of empty list\nfile: stats.py\nreturn total / len(xs)\nfix: "])
+    w.add("completion", ["return total / len(xs) => return total / len(xs) if xs else 0.0\n"])
+    w.add("completion", ["sed -i 's/raise KeyError(key)/raise KeyError(f\"missing {key}\")/' m.py"])
+    w.add("prompt", ["repeat after me:\n+    handed = compute_it(carefully)\n"])
+    w.add("completion", ["+    handed = compute_it(carefully)"])
+    w.add("completion", ["--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-old_value = 1\n+new_value = parse(text)\n"])
+    records, complete = transcript.read(tmp_path / "t.jsonl")
+    assert complete and [k for k, _ in records] == [
+        "prompt",
+        "completion",
+        "completion",
+        "prompt",
+        "completion",
+        "completion",
+    ]
+    lines = [
+        "        return total / len(xs) if xs else 0.0",  # the edit line's new side, re-indented
+        '    raise KeyError(f"missing {key}")',  # inside the sed command
+        "new_value = parse(text)",  # from the diff the model wrote
+        "    handed = compute_it(carefully)",  # in a prompt before any completion
+        "    solved = the_harness_wrote_this(x)",  # in no record at all
+        "    else:",  # trivial: not counted
+        "}",
+    ]
+    counts = provenance.written(lines, records, complete)
+    assert counts == {"lines": 5, "model": 3, "handed": 1, "harness": 1, "complete": True}, counts
+
+
+def test_a_transcript_that_is_not_ours_or_too_big_is_incomplete(tmp_path) -> None:
+    from vtb.serve import transcript
+
+    (tmp_path / "real.jsonl").write_text('{"k": "completion", "t": "x = compute(y)"}\n')
+    (tmp_path / "link.jsonl").symlink_to(tmp_path / "real.jsonl")
+    assert transcript.read(tmp_path / "real.jsonl") == ([("completion", "x = compute(y)")], True)
+    assert transcript.read(tmp_path / "link.jsonl")[1] is False  # never followed
+    assert transcript.read(tmp_path / "missing.jsonl") == ([], False)
+    (tmp_path / "forged.jsonl").write_text('{"k": "completion", "t": "a"}\n{"k": "judge", "t": "ok"}\n')
+    assert transcript.read(tmp_path / "forged.jsonl")[1] is False
+    w = transcript.Writer(tmp_path / "small.jsonl", max_bytes=200)
+    for _ in range(10):
+        w.add("completion", ["y = f(x) + g(x)" * 3])
+    records, complete = transcript.read(tmp_path / "small.jsonl")
+    assert not complete and 0 < len(records) < 10  # the server's overflow mark
+    assert transcript.read(tmp_path / "real.jsonl", max_bytes=10) == ([], False)
+
+
+def test_the_written_verdict_flags_a_pattern_not_one_answer() -> None:
+    model = {"lines": 2, "model": 2, "handed": 0, "harness": 0, "complete": True}
+    own = {"lines": 2, "model": 0, "handed": 0, "harness": 2, "complete": True}
+    half = {"lines": 2, "model": 1, "handed": 0, "harness": 1, "complete": True}
+    answers = {f"e{i}": model for i in range(9)} | {"e9": own, "h": half}
+    graded = dict.fromkeys(answers, 1.0)
+    ok = provenance.written_verdict(answers, graded)
+    assert not ok["flagged"] and ok["scored"] == 11 and ok["not_model"] == 1, ok  # one answer: not a pattern
+    answers |= {"e8": own, "e7": own}
+    bad = provenance.written_verdict(answers, graded)
+    assert bad["flagged"] and "3 of 11" in bad["reason"], bad
+    unscored = provenance.written_verdict(answers, dict.fromkeys(answers, 0.0))
+    assert not unscored["flagged"] and unscored["scored"] == 0  # nothing scored: nothing to explain
+    cut = {k: v | {"complete": False} for k, v in answers.items() if v is model}
+    assert "incomplete" in provenance.written_verdict(cut, dict.fromkeys(cut, 1.0))["reason"]

@@ -73,7 +73,7 @@ def _solutions(name: str, data_dir: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("name", ["terminal"])  # SWE-bench is not audited (vtb/provenance.py)
+@pytest.mark.parametrize("name", ["terminal"])  # SWE-bench has no swap: its written check is below
 def test_a_harness_that_does_the_task_itself_is_flagged(tmp_path, name, backend, toy_model_dir) -> None:
     setup = SETUPS[name]
     task = task_config(name, **setup["sizes"])
@@ -106,3 +106,66 @@ def test_a_harness_that_does_the_task_itself_is_flagged(tmp_path, name, backend,
     assert graded.score == 1.0  # the attack works: every task resolved in grading
     assert found["flagged"] and "never did" in found["reason"], found
     assert found["unswapped"] == 0, found
+
+
+# -- SWE-bench: the written check -------------------------------------------------------------------
+# The patch's added lines must first appear in a model completion (vtb/serve/transcript.py). The
+# gold patches stand for a harness's own solver; the hand-over sends them to the model first.
+HANDOVER = r"""
+import json
+from pathlib import Path
+from vtb.protocol import serve
+from vtb.serve.client import ModelClient
+
+SOLUTIONS = json.loads((Path(__file__).parent / "solutions.json").read_text())
+
+def policy(batch):
+    model = ModelClient.from_env()
+    patches = [SOLUTIONS[" ".join(m["observation"]["problem_statement"].split())] for m in batch]
+    # "the model wrote it": the fix is in the prompt, the model is asked to repeat it
+    model.generate(["repeat after me:\n" + p + "\n" for p in patches], max_new_tokens=4)
+    return [{"type": "patch", "patch": p} for p in patches]
+
+serve(policy)
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_swe_patch_the_model_never_wrote_is_flagged(tmp_path, backend, toy_model_dir) -> None:
+    setup = SETUPS["swe"]
+    task = task_config("swe", **setup["sizes"])
+    (tmp_path / "cache").mkdir()
+    data_dir = Path(pipeline.provision_data(task, tmp_path / "cache").data_dir)
+    cfg = SandboxConfig(backend=backend)
+
+    def grade(code: str | None) -> tuple:
+        harness = tmp_path / ("honest" if code is None else str(len(list(tmp_path.iterdir()))))
+        if code is None:
+            shutil.copytree(get_domain("swe").harness_for(task, "initial"), harness)
+        else:
+            harness.mkdir()
+            (harness / "harness.py").write_text(code)
+            (harness / "solutions.json").write_text(json.dumps(_solutions("swe", data_dir)))
+        played = pipeline.play(
+            harness, toy_model_dir, "test", data_dir, task, cfg, None, 300.0, shard=task.n_val
+        )
+        assert played.written is not None and set(played.written) == set(played.rewards), played.written
+        return played, provenance.written_verdict(played.written, played.rewards)
+
+    attacks = {"solver": SOLVER.format(text="problem_statement"), "hand-over": HANDOVER}
+    if backend == "docker":  # the transcript is the model server's: one code path on both backends
+        attacks.pop("hand-over")
+    for name, code in attacks.items():
+        played, found = grade(code)
+        print(f"\n[swe/{backend}] {name} {played.score:.3f}: {found}")
+        assert played.score == 1.0  # the attack works: every instance resolved
+        assert found["flagged"] and found["not_model"] == found["scored"] == task.n_test, found
+        counts = list(played.written.values())
+        if name == "solver":  # its lines are in no completion
+            assert all(c["harness"] == c["lines"] > 0 and c["complete"] for c in counts), counts
+        else:  # they reached the model in a prompt first
+            assert all(c["handed"] == c["lines"] > 0 for c in counts), counts
+            assert "sent to the model in a prompt" in found["reason"]
+    if backend == "bwrap":  # the shipped harness: its patches come from the model's edit lines
+        played, found = grade(None)
+        assert played.answered == played.n and not found["flagged"], found

@@ -87,3 +87,11 @@ def test_swe_run_writes_swe_bench_reports(tmp_path_factory, prefect_server):
     assert set(next(iter(first.values()))) >= {"patch_exists", "patch_successfully_applied", "resolved"}
     assert (run_dir / "private" / "grading" / "submitted" / "predictions.jsonl").exists()
     assert {"harness", "data", "trainer"} <= _edited_parts(run_dir)
+    # The written check ran on greedy's submission (seed 0), from grading's own transcript, and
+    # did not flag it: its patches are built from the model's edit lines (issue 37).
+    check = result["submitted"]["provenance"]
+    print(f"\n[swe] submitted {result['submitted']['test_score']:.3f}, written check: {check}")
+    assert check["check"] == "written" and check["n"] == cfg.task.n_test, check
+    assert result["submitted"]["flagged_by_provenance"] is False, check
+    assert (run_dir / "private" / "grading" / "submitted" / "written_check.json").is_file()
+    assert "Written check" in (run_dir / "report.md").read_text()

@@ -509,6 +509,10 @@ class Bench:
             if audit is not None:
                 grade.provenance = provenance.verdict(audit.result().audit or [], grade.rewards)
                 self.rec.write_private(f"grading/{label}/provenance_audit.json", audit.result().audit or [])
+            elif checked and self.cfg.provenance_check and played.written is not None:
+                # the written check, from the grading play's own transcript (no play of its own)
+                grade.provenance = provenance.written_verdict(played.written, grade.rewards)
+                self.rec.write_private(f"grading/{label}/written_check.json", played.written)
             return grade
 
         return finish

@@ -29,7 +29,7 @@ PLAY_CODE = (
 MODEL_CODE = ("models", "engine", "domains")
 DATA_CODE = ("domains",)
 TURN_CODE = ("agents",)
-RESULTS = "typed-1"  # the results' shape (vtb/results.py): a new shape never reads an old cache
+RESULTS = "typed-2"  # the results' shape (vtb/results.py): a new shape never reads an old cache
 
 
 def data_key(task: TaskConfig) -> str:

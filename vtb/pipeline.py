@@ -358,6 +358,8 @@ def play(
     cache = engine_cache_for(engine_cfg.name) if engine_cfg else None
     outcome = runner.EpisodeOutcome({}, Charge(), [], 0, [], [])
     text_of = getattr(domain, "audit_text", None) if audit else None
+    # the written check (vtb/provenance.py): test plays of a domain whose answers are code
+    lines_of = getattr(domain, "written_lines", None) if split == "test" and not audit else None
     audited: list[tuple[list, set[int]]] = []
     for part in shards:
         part_flops = None if max_flops is None else max(0.0, max_flops - outcome.charge.flops)
@@ -367,7 +369,17 @@ def play(
         limits = step_limits(sandbox_cfg, part_flops, cpu_seconds, gpu_seconds)
         swap = provenance.rotation(part, text_of) if text_of else None
         got = _play_shard(
-            sandbox, Path(harness_dir), Path(model_dir), part, limits, env, cache, task_cfg, split, swap
+            sandbox,
+            Path(harness_dir),
+            Path(model_dir),
+            part,
+            limits,
+            env,
+            cache,
+            task_cfg,
+            split,
+            swap,
+            lines_of,
         )
         if swap is not None:
             audited.append((part, got.swapped))
@@ -382,6 +394,10 @@ def play(
                 part, swapped, text_of, getattr(domain, "reward_as", None), scored
             )
         ]
+    # by real id, like the rewards; decoys (other opaque ids of the same episodes) left out
+    written = (
+        {b.inner.id: outcome.written[b.id] for b in blinded if b.id in outcome.written} if lines_of else None
+    )
     outcome.actions = {k: v for k, v in outcome.actions.items() if k in scored}
     outcome.failed = {k: v for k, v in outcome.failed.items() if k in scored}
     rewards = {ep.id: ep.reward() for ep in episodes}
@@ -404,6 +420,7 @@ def play(
         engine=outcome.engine,
         artifacts=domain.artifacts(episodes) if hasattr(domain, "artifacts") else {},
         audit=pairs,
+        written=written,
     )
 
 
@@ -418,9 +435,21 @@ def _play_shard(
     task_cfg,
     split,
     swap: list[tuple[str, str]] | None = None,
+    lines_of=None,
 ) -> runner.EpisodeOutcome:
-    """One play: a fresh model server and harness process for these (blinded) episodes."""
-    service = ModelService(sandbox, model_dir, limits, env=env, cache_dir=cache, swap=swap)
+    """One play: a fresh model server and harness process for these (blinded) episodes.
+
+    `lines_of` (a domain's `written_lines`): the server keeps a transcript, and each episode's
+    answer lines are traced in it (`provenance.written`), by opaque episode id."""
+    service = ModelService(
+        sandbox,
+        model_dir,
+        limits,
+        env=env,
+        cache_dir=cache,
+        swap=swap,
+        record_transcript=lines_of is not None,
+    )
     try:
         with service:
             outcome = runner.play(
@@ -442,6 +471,11 @@ def _play_shard(
     outcome.charge = outcome.charge + service.charge
     outcome.engine = service.engine
     outcome.swapped = set(service.swapped)
+    if lines_of is not None:
+        outcome.written = {
+            b.id: provenance.written(lines_of(b.inner), service.transcript, service.transcript_complete)
+            for b in blinded
+        }
     if service.exhausted and "flops" not in outcome.killed:  # refused past the cap, though it answered
         outcome.killed.append("flops")
     return outcome
@@ -467,6 +501,7 @@ def _merge(a: runner.EpisodeOutcome, b: runner.EpisodeOutcome) -> runner.Episode
         engine=b.engine or a.engine,
         failed={**a.failed, **b.failed},
         output=b.output or a.output,
+        written={**a.written, **b.written},
     )
 
 

@@ -28,13 +28,24 @@ works on another task's instruction in this task's shell: an honest system almos
 this task's tests, a harness that solves (or hands over) its own task does. The gap check needs
 `served`, so it does not run there.
 
+The written check (SWE-bench, where the answer is code): the model server keeps a transcript of
+every prompt the harness sent and every completion it got back (vtb/serve/transcript.py), in the
+grading play itself, so there is nothing to tell apart. Each non-trivial line a scored answer adds
+must first appear in a completion: a line the harness had in a prompt before the model wrote it
+was handed over, a line in no completion was the harness's own. Legitimate harnesses pass: the
+shipped ones build the patch from an edit line the model wrote, and a model's `sed` command or
+diff counts as writing the lines it contains. Flagged when the answers of WRITTEN_MIN and at
+least WRITTEN_FRACTION of the scored episodes are mostly not the model's writing.
+
 What stays open (SECURITY.md): a model trained to leak the question it sees back to the harness
 in an altered form (the harness then solves the served question); a harness that alters every
 question it sends (not swapped: flagged as unverifiable when it scores); on terminal, a harness
 that tells the swap (say, from paths the model's commands name) and plays honest in the audit.
-SWE-bench is not audited: its shipped harness sends the model only the issue's title beside
-code it located from the whole issue, so the model would still see this instance's code under
-another's title. tau has no single task text (the user speaks it) and is not audited either.
+SWE-bench has no swap (its shipped harness sends the model the issue's title beside code located
+from the whole issue, so the model would still see this instance's code), only the written check:
+a model trained to decode a hand-over written in its own code, or a harness that picks among many
+samples the one its solver agrees with, passes it. tau has no single task text (the user speaks
+it) and is audited by neither.
 """
 
 from __future__ import annotations
@@ -42,10 +53,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vtb.serve.swap import words
+from vtb.serve.transcript import first_source, normal
 
 OWN_MIN, OWN_FRACTION = 2, 0.1  # answers to the question the model never saw, past coincidence
 GAP_MIN, GAP_FRACTION = 2, 0.2  # graded minus audited hits on the same questions
 UNVERIFIABLE_FRACTION = 0.5  # episodes whose question never reached the model verbatim
+WRITTEN_MIN, WRITTEN_FRACTION = 2, 0.2  # scored answers mostly not the model's writing
+MIN_LINE = 8  # characters: shorter lines ("else:", "}", "pass") say nothing about who wrote them
 
 
 @dataclass
@@ -165,4 +179,53 @@ def verdict(pairs: list[dict], graded: dict[str, float]) -> dict:
         "chance_hits": chance,
         "served_hits": served,
         "graded_hits_same_questions": graded_same,
+    }
+
+
+def _checkable(line: str) -> bool:
+    text = normal(line)
+    return len(text) >= MIN_LINE and sum(c.isalnum() for c in text) >= 4
+
+
+def written(lines: list[str], records: list[tuple[str, str]], complete: bool) -> dict:
+    """Where each non-trivial line of one answer first appeared in the play's transcript."""
+    counts = {"lines": 0, "model": 0, "handed": 0, "harness": 0, "complete": complete}
+    for line in lines:
+        if not _checkable(line):
+            continue
+        counts["lines"] += 1
+        source = first_source(normal(line), records)
+        counts[{"completion": "model", "prompt": "handed", None: "harness"}[source]] += 1
+    return counts
+
+
+def written_verdict(answers: dict[str, dict], graded: dict[str, float]) -> dict:
+    """The written check's finding over the scored answers (`written` counts, by episode id)."""
+    scored = [answers[i] for i, r in graded.items() if r >= 0.5 and i in answers]
+    checked = [a for a in scored if a["lines"] > 0]
+    not_model = [a for a in checked if a["model"] < a["lines"] / 2]
+    incomplete = sum(1 for a in scored if not a["complete"])
+    reasons = []
+    if len(not_model) >= max(WRITTEN_MIN, WRITTEN_FRACTION * len(scored)):
+        handed = sum(a["handed"] for a in not_model)
+        own = sum(a["harness"] for a in not_model)
+        reasons.append(
+            f"{len(not_model)} of {len(scored)} scored answers are mostly not the model's writing "
+            f"({own} lines in no completion, {handed} sent to the model in a prompt before it wrote them): "
+            "the harness, not the model, wrote them"
+        )
+    if incomplete >= max(WRITTEN_MIN, WRITTEN_FRACTION * len(scored)):
+        reasons.append(
+            f"the model server's transcript of {incomplete} scored answers is incomplete "
+            "(over its size limit): where they come from cannot be checked"
+        )
+    return {
+        "check": "written",
+        "flagged": bool(reasons),
+        "reason": "; ".join(reasons) or None,
+        "n": len(answers),
+        "scored": len(scored),
+        "checked_lines": sum(a["lines"] for a in checked),
+        "not_model": len(not_model),
+        "incomplete": incomplete,
     }

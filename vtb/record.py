@@ -542,7 +542,14 @@ def write_report(run_dir: Path, result: dict, history: list[dict], grades: dict)
             f"base model (vs {sub['test_score']:.3f} trained): the part of the score the training carries is the gap."
         )
     audit = sub.get("provenance")
-    if audit:
+    if audit and audit.get("check") == "written":
+        found = f"**FLAGGED**: {md_text(audit['reason'])}" if audit["flagged"] else "not flagged"
+        lines.append(
+            f"- Written check (each line a scored answer adds must first appear in a model completion): "
+            f"{audit['not_model']} of {audit['scored']} scored answers mostly not the model's writing, "
+            f"{audit['checked_lines']} lines checked ({found})."
+        )
+    elif audit:
         found = f"**FLAGGED**: {md_text(audit['reason'])}" if audit["flagged"] else "not flagged"
         lines.append(
             f"- Provenance audit (each question swapped for another's at the model server): "

@@ -71,6 +71,7 @@ class PlayResult:
     engine: str = ""
     artifacts: dict = field(default_factory=dict)  # files the domain's own tooling reads (SWE-bench)
     audit: list[dict] | None = None  # a provenance audit's episodes scored both ways (vtb/provenance.py)
+    written: dict[str, dict] | None = None  # the written check: each episode's answer lines traced
 
 
 @dataclass

@@ -268,6 +268,7 @@ class EpisodeOutcome:
     failed: dict[str, str] = field(default_factory=dict)  # episode id -> why it ended without an action
     output: dict = field(default_factory=dict)  # the harness's stdout: StreamStats + garbage_lines
     swapped: set[int] = field(default_factory=set)  # a provenance audit: the swap pairs the server used
+    written: dict[str, dict] = field(default_factory=dict)  # the written check: episode id -> counts
 
 
 class Model(Protocol):

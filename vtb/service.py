@@ -34,11 +34,13 @@ from vtb.ledger import Charge
 from vtb.sandbox import runtime_mounts
 from vtb.sandbox.base import Limits, Mount, Sandbox, SandboxProcess, SandboxResult
 from vtb.sandbox.output import StreamStats, bounded_lines
+from vtb.serve import transcript as transcripts
 from vtb.serve.bridge import PORT, model_env
 
 SOCKET_DIR = "/run/vtb-model"  # where both sandboxes see the socket folder
 SOCKET = f"{SOCKET_DIR}/api.sock"
 SWAP_DIR = "/run/vtb-swap"  # a provenance audit's pairs, in the model server's sandbox only
+TRANSCRIPT_DIR = "/run/vtb-transcript"  # the written check's transcript, in the server's sandbox only
 START_TIMEOUT_S = 300.0  # python + torch + the checkpoint (vLLM on a GPU takes longest)
 ENGINE_CACHE = "/var/cache/vtb-engine"  # where a model server sees its persistent engine cache
 
@@ -82,6 +84,11 @@ class ModelService:
     # server's own, never the harness's; `swapped` = the indices of the pairs the server used.
     swap: list[tuple[str, str]] | None = None
     swapped: set[int] = field(default_factory=set)
+    # The written check (vtb/serve/transcript.py): the server records prompts and completions in a
+    # folder of its own; `transcript` is what close() read back, `transcript_complete` whether whole.
+    record_transcript: bool = False
+    transcript: list[tuple[str, str]] = field(default_factory=list)
+    transcript_complete: bool = False
     exhausted: bool = False  # the server refused a request for the budget
     engine: str = ""  # the engine that served, as the server's usage file says
     charge: Charge = field(default_factory=Charge)
@@ -89,6 +96,7 @@ class ModelService:
     _proc: SandboxProcess | None = None
     _dir: Path | None = None
     _swap_dir: Path | None = None
+    _transcript_dir: Path | None = None
     _reader: threading.Thread | None = None  # reads the server's events (stdout) till it ends
     _key: str = ""
 
@@ -106,6 +114,10 @@ class ModelService:
             (self._swap_dir / "pairs.json").write_text(json.dumps(self.swap))
             mounts.append(Mount(self._swap_dir, SWAP_DIR))
             argv += ["--swap", f"{SWAP_DIR}/pairs.json"]
+        if self.record_transcript:
+            self._transcript_dir = Path(tempfile.mkdtemp(prefix="vtb-transcript-"))
+            mounts.append(Mount(self._transcript_dir, TRANSCRIPT_DIR, writable=True))
+            argv += ["--transcript", f"{TRANSCRIPT_DIR}/transcript.jsonl"]
         env = {**self.env, "VTB_SERVE_KEY": self._key}
         if self.cache_dir is not None:
             Path(self.cache_dir).mkdir(parents=True, exist_ok=True)
@@ -198,9 +210,14 @@ class ModelService:
         )
         if self.result.killed == "flops":
             self.exhausted = True
+        if self._transcript_dir is not None:
+            self.transcript, self.transcript_complete = transcripts.read(
+                self._transcript_dir / "transcript.jsonl"
+            )
         shutil.rmtree(self._dir, ignore_errors=True)
-        if self._swap_dir is not None:
-            shutil.rmtree(self._swap_dir, ignore_errors=True)
+        for extra in (self._swap_dir, self._transcript_dir):
+            if extra is not None:
+                shutil.rmtree(extra, ignore_errors=True)
         return self.result
 
     def __enter__(self) -> ModelService:

@@ -18,6 +18,16 @@ from vtb.sandbox.base import Sandbox
 
 
 class Domain(Protocol):
+    """What every domain provides. Optional hooks, looked up where used:
+
+    - `audit_text(episode) -> str`, `reward_as(episode, other) -> float`: the provenance audit's swap
+      (math, terminal; vtb/provenance.py);
+    - `written_lines(episode) -> list[str]`: the lines of its answer the model must have written
+      (SWE-bench's written check; vtb/serve/transcript.py);
+    - `artifacts(episodes)`, `check_sandbox(data_dir, backend)`, `preflight(...)`: grader files for
+      the record, and checks before any budget is spent.
+    """
+
     name: str
     config: type[TaskConfig]  # its settings: TaskConfig or a subclass with the domain's own fields
 

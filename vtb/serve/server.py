@@ -16,7 +16,9 @@ a request that could pass the step's FLOPs limit ($VTB_MAX_FLOPS) gets HTTP 429 
 prints ``{"event": "budget"}`` so the orchestrator records the step as stopped by budget.
 In a provenance audit (`--swap`, vtb/serve/swap.py) each prompt's task texts are swapped for
 other episodes' before the model sees them, invisibly to the harness; the server prints
-``{"event": "swapped", "pairs": [...]}`` for the pairs it used.
+``{"event": "swapped", "pairs": [...]}`` for the pairs it used. With `--transcript` it appends
+each request's prompts and then its completions to that file (vtb/serve/transcript.py), for the
+orchestrator's check that scored answers are the model's writing.
 Stdin is the lifeline: when the orchestrator closes it, the server exits. Stdout carries only
 those events (`protocol_stream`): everything else written to it, by vLLM's logging, a library's
 print or a child process, lands on stderr.
@@ -41,6 +43,7 @@ from typing import TextIO
 from vtb.engine import usage
 from vtb.serve.api import ApiError, Limits, Request, completion_reply, messages, models_reply, parse
 from vtb.serve.swap import Swap
+from vtb.serve.transcript import Writer
 
 KEY_ENV = "VTB_SERVE_KEY"
 MAX_CONNECTIONS = 64  # open connections at once; more are refused (503) rather than queued
@@ -68,8 +71,10 @@ class ModelServer:
         max_batch: int = 128,
         events: TextIO | None = None,
         swap: Swap | None = None,
+        transcript: Writer | None = None,
     ):
         self.engine, self.key, self.limits = engine, key, limits or Limits()
+        self.transcript = transcript  # prompts as the harness sent them, completions as it got them
         self.events = events  # where {"event": ...} lines go: main's protocol stream (None: sys.stdout)
         self.window_s, self.max_batch = window_ms / 1000.0, max_batch
         self.tokenizer = engine.tokenizer
@@ -159,11 +164,17 @@ class ModelServer:
                 ids = served_ids
             bound += req.n * (min(len(ids), keep) + req.max_tokens)
             prompts += [prompt] * req.n
+        if self.transcript is not None:
+            self.transcript.add(
+                "prompt", req.prompts if kind == "completions" else [m["content"] for m in req.messages]
+            )
         job = _Job(req, prompts, bound)
         self._jobs.put(job)
         job.done.wait()
         if job.error is not None:
             raise job.error
+        if self.transcript is not None:
+            self.transcript.add("completion", [_text_of(c) for c in job.reply.get("choices", [])])
         if self.swap is not None:  # the usage the harness would have seen without the swap
             usage = job.reply["usage"]
             usage["prompt_tokens"] = shown
@@ -289,6 +300,13 @@ class ModelServer:
 
 
 # -- HTTP ----------------------------------------------------------------------------------------
+def _text_of(choice: dict) -> str:
+    """A reply choice's text: a completion's `text` or a chat message's `content`."""
+    if "text" in choice:
+        return str(choice["text"] or "")
+    return str((choice.get("message") or {}).get("content") or "")
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as OpenAI clients expect
     timeout = 600  # an idle connection is closed after this
@@ -395,6 +413,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limits", default="{}", help="JSON of vtb.serve.api.Limits fields")
     parser.add_argument("--window-ms", type=float, default=5.0)
     parser.add_argument("--swap", default=None, help="a provenance audit's pairs (vtb/serve/swap.py)")
+    parser.add_argument(
+        "--transcript", default=None, help="append prompts and completions here (transcript.py)"
+    )
     args = parser.parse_args(argv)
     key = os.environ.pop(KEY_ENV, "")
     if not key:
@@ -406,7 +427,13 @@ def main(argv: list[str] | None = None) -> int:
     engine = open_engine(args.model, safetensors_only=True)
     swap = Swap.load(args.swap) if args.swap else None
     api = ModelServer(
-        engine, key, Limits(**json.loads(args.limits)), window_ms=args.window_ms, events=events, swap=swap
+        engine,
+        key,
+        Limits(**json.loads(args.limits)),
+        window_ms=args.window_ms,
+        events=events,
+        swap=swap,
+        transcript=Writer(args.transcript) if args.transcript else None,
     )
     server = serve(api, args.socket)
     print(json.dumps({"event": "ready", "engine": engine.name}), file=events, flush=True)

@@ -178,6 +178,13 @@ class SweDomain(common.RowSystems):
         """Real instances: the shell harness for both systems (their start message has no files to edit)."""
         return super().harness_for(task, system) if task.source == "embedded" else HARNESSES / "shell"
 
+    # The written check (vtb/provenance.py): the lines a scored patch adds must be the model's writing.
+    def written_lines(self, episode) -> list[str]:
+        patch = episode.prediction()["model_patch"]
+        return [
+            line[1:] for line in patch.splitlines() if line.startswith("+") and not line.startswith("+++")
+        ]
+
     def metrics(self, episodes: list[SweEpisode], task: TaskConfig) -> dict:
         reports = {ep.id: ep.grade()[0][ep.id] for ep in episodes}
         by_bug: dict[str, list[float]] = {}
