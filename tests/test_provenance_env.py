@@ -138,14 +138,11 @@ def test_a_swe_patch_the_model_never_wrote_is_flagged(tmp_path, backend, toy_mod
     data_dir = Path(pipeline.provision_data(task, tmp_path / "cache").data_dir)
     cfg = SandboxConfig(backend=backend)
 
-    def grade(code: str | None) -> tuple:
-        harness = tmp_path / ("honest" if code is None else str(len(list(tmp_path.iterdir()))))
-        if code is None:
-            shutil.copytree(get_domain("swe").harness_for(task, "initial"), harness)
-        else:
-            harness.mkdir()
-            (harness / "harness.py").write_text(code)
-            (harness / "solutions.json").write_text(json.dumps(_solutions("swe", data_dir)))
+    def grade(code: str) -> tuple:
+        harness = tmp_path / f"harness-{len(list(tmp_path.iterdir()))}"
+        harness.mkdir()
+        (harness / "harness.py").write_text(code)
+        (harness / "solutions.json").write_text(json.dumps(_solutions("swe", data_dir)))
         played = pipeline.play(
             harness, toy_model_dir, "test", data_dir, task, cfg, None, 300.0, shard=task.n_val
         )
@@ -166,6 +163,5 @@ def test_a_swe_patch_the_model_never_wrote_is_flagged(tmp_path, backend, toy_mod
         else:  # they reached the model in a prompt first
             assert all(c["handed"] == c["lines"] > 0 for c in counts), counts
             assert "sent to the model in a prompt" in found["reason"]
-    if backend == "bwrap":  # the shipped harness: its patches come from the model's edit lines
-        played, found = grade(None)
-        assert played.answered == played.n and not found["flagged"], found
+    # The shipped harnesses (patches from the model's edit lines) are not flagged: greedy's SWE
+    # submission in tests/test_terminal_swe_bench.py, and tests/test_provenance.py's unit cases.

@@ -12,7 +12,24 @@ from pathlib import Path
 
 from vtb.safefs import Caps
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # Hydra's config folder (conf/*.yaml)
+
+def _conf_dir() -> Path:
+    """Hydra's config folder: the checkout's conf/ (a clone, an editable install), else the one a
+    wheel installs under <prefix>/share/vibetraining-bench (pyproject.toml's data-files)."""
+    import site
+    import sys
+
+    checkout = Path(__file__).resolve().parents[1] / "conf"
+    if (checkout / "bench.yaml").is_file():
+        return checkout
+    for prefix in (sys.prefix, site.getuserbase()):
+        installed = Path(prefix) / "share" / "vibetraining-bench" / "conf"
+        if (installed / "bench.yaml").is_file():
+            return installed
+    return checkout  # missing: Hydra's error names this path
+
+
+CONF_DIR = _conf_dir()  # Hydra's config folder (conf/*.yaml)
 
 
 @dataclass

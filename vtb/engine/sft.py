@@ -72,6 +72,9 @@ def train(
     examples = encode_rows(load_rows(Path(data_path)), tokenizer, cfg["max_length"], cfg["chat_template"])
     if cfg["method"] == "lora":
         model = add_lora(model, cfg["lora"])
+    # the sandbox's GPU when it was given one (sandbox.gpus), else the CPU
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model.to(device)
     model.train()
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=cfg["lr"], weight_decay=cfg["weight_decay"])
@@ -87,7 +90,7 @@ def train(
     for batch in epoch_order(len(examples), cfg["batch_size"], cfg["epochs"], cfg["seed"]):
         if tally.steps >= total:
             break
-        ids, mask, labels = batch_tensors([examples[i] for i in batch], pad_id)
+        ids, mask, labels = (t.to(device) for t in batch_tensors([examples[i] for i in batch], pad_id))
         n_tokens = int(mask.sum())
         step_flops = usage.train_flops(n_params, n_tokens)
         if not tally.can_afford(step_flops):
@@ -101,6 +104,7 @@ def train(
         optimizer.step()
         tally.add(loss.item(), n_tokens, step_flops)
     model.eval()
+    model.to("cpu")  # saved from the CPU, as every checkpoint is read
     if before_merge is not None:
         before_merge(model)
     if cfg["method"] == "lora":
@@ -111,6 +115,7 @@ def train(
         "rows": len(examples),
         "chat_template": wraps_chat(tokenizer, cfg["chat_template"]),  # prompts in the chat template
         "n_params": n_params,
+        "device": device.type,
         "seed": cfg["seed"],
         "wall_seconds": round(time.time() - started, 3),
         "config": cfg,
