@@ -16,6 +16,8 @@ from vtb.agents.env import SandboxResearchEnv
 from vtb.sandbox.base import Limits
 
 LIMITS = Limits(wall_seconds=30, cpu_seconds=30)
+# research commands: the filesystem-wide grep below must finish, on a loaded machine too (10-15 s idle)
+RESEARCH_LIMITS = Limits(wall_seconds=180, cpu_seconds=180)
 
 
 @pytest.fixture
@@ -44,7 +46,7 @@ def research(layout, backend):
     sandbox = sandbox_backend(backend)
     mounts = runner.research_mounts(layout["ws"], layout["data"], layout["base"])
     fb = Feedback(task="math", iteration=1, max_iterations=1, seed=0)
-    return SandboxResearchEnv(layout["ws"], layout["ws"], fb, sandbox, mounts, LIMITS)
+    return SandboxResearchEnv(layout["ws"], layout["ws"], fb, sandbox, mounts, RESEARCH_LIMITS)
 
 
 @pytest.mark.parametrize(

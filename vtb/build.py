@@ -20,6 +20,7 @@ from vtb.engine.select import engine_env
 from vtb.hashing import hash_json
 from vtb.ledger import FlopsFloor, check_budget
 from vtb.results import DataResult
+from vtb.sandbox import runtime_mounts
 
 
 def default_run_id(cfg: BenchConfig) -> str:
@@ -88,6 +89,7 @@ def reference_model_config(model: ModelConfig) -> ModelConfig:
 
 def preflight(cfg: BenchConfig) -> None:
     """Everything that can be checked before any work; a ValueError names the setting and the fix."""
+    check_runtime(cfg)  # an environment the sandboxes cannot mount (a non-editable install)
     check_budget(cfg.budget.unit, cfg.sandbox.gpus)  # a budget that cannot be metered
     check_gpu_settings(cfg)  # GPU presets without a GPU
     agent = make_agent(cfg.agent)  # a misconfigured agent (no endpoint, CLI not installed)
@@ -133,6 +135,18 @@ def preflight_data(cfg: BenchConfig) -> None:
     _, cache = cfg.paths()
     (cache / "snapshots").mkdir(parents=True, exist_ok=True)
     check_data(cfg, pipeline.provision_data(cfg.task, cache), cache / "snapshots")
+
+
+def check_runtime(cfg: BenchConfig) -> None:
+    """The Python runtime and the project's code can be mounted into sandboxes as they are laid out
+    here (vtb/sandbox/runtime.py): a copy of vtb inside site-packages cannot, since every sandbox
+    would see all of it. A docker image with its own runtime mounts none of it."""
+    if cfg.sandbox.backend == "docker" and cfg.sandbox.runtime == "image":
+        return
+    try:
+        runtime_mounts()
+    except (RuntimeError, FileNotFoundError, ValueError) as e:
+        raise ValueError(str(e)) from None
 
 
 def check_gpu_settings(cfg: BenchConfig) -> None:
