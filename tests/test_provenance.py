@@ -272,51 +272,50 @@ def test_a_harness_that_answers_for_its_model_is_flagged(tmp_path, backend, copi
 
 def test_the_transcript_credits_the_model_with_what_it_wrote_in_any_form(tmp_path) -> None:
     """An edit line, a sed command or a diff the model wrote all credit it with the added line; a
-    line the harness sent first, or wrote itself, does not; trivial lines are not counted."""
+    line it wrote only where its own prompt held it was handed over (another prompt holding it
+    says nothing: the model never saw that one); trivial lines are not counted."""
     from vtb.serve import transcript
 
     w = transcript.Writer(tmp_path / "t.jsonl")
-    w.add("prompt", ["issue: mean of empty list\nfile: stats.py\nreturn total / len(xs)\nfix: "])
-    w.add("completion", ["return total / len(xs) => return total / len(xs) if xs else 0.0\n"])
-    w.add("completion", ["sed -i 's/raise KeyError(key)/raise KeyError(f\"missing {key}\")/' m.py"])
-    w.add("prompt", ["repeat after me:\n+    handed = compute_it(carefully)\n"])
-    w.add("completion", ["+    handed = compute_it(carefully)"])
-    w.add("completion", ["--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-old_value = 1\n+new_value = parse(text)\n"])
-    records, complete = transcript.read(tmp_path / "t.jsonl")
-    assert complete and [k for k, _ in records] == [
-        "prompt",
-        "completion",
-        "completion",
-        "prompt",
-        "completion",
-        "completion",
-    ]
+    edit = "issue: mean of empty list\nfile: stats.py\nreturn total / len(xs)\nfix: "
+    w.add(edit, ["return total / len(xs) => return total / len(xs) if xs else 0.0\n"])
+    w.add("fix the KeyError", ["sed -i 's/raise KeyError(key)/raise KeyError(f\"missing {key}\")/' m.py"])
+    w.add("repeat after me:\n+    handed = compute_it(carefully)\n", ["+    handed = compute_it(carefully)"])
+    # another instance's prompt holds this one's fix (a later commit of the same repository)
+    w.add("issue: b\nnew_value = parse(text)\nfix: ", ["nothing useful"])
+    w.add(
+        "issue: a\nold_value = 1\nfix: ",
+        ["--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-old_value = 1\n+new_value = parse(text)\n"],
+    )
+    w.add("harness text: solved = the_harness_wrote_this(x)", [])
+    exchanges, complete = transcript.read(tmp_path / "t.jsonl")
+    assert complete and len(exchanges) == 6 and exchanges[0][0] == transcript.normal(edit)
     lines = [
         "        return total / len(xs) if xs else 0.0",  # the edit line's new side, re-indented
         '    raise KeyError(f"missing {key}")',  # inside the sed command
-        "new_value = parse(text)",  # from the diff the model wrote
-        "    handed = compute_it(carefully)",  # in a prompt before any completion
-        "    solved = the_harness_wrote_this(x)",  # in no record at all
+        "new_value = parse(text)",  # from the diff the model wrote (another prompt held it)
+        "    handed = compute_it(carefully)",  # written only where its own prompt held it
+        "    solved = the_harness_wrote_this(x)",  # in a prompt, in no completion
         "    else:",  # trivial: not counted
         "}",
     ]
-    counts = provenance.written(lines, records, complete)
+    counts = provenance.written(lines, exchanges, complete)
     assert counts == {"lines": 5, "model": 3, "handed": 1, "harness": 1, "complete": True}, counts
 
 
 def test_a_transcript_that_is_not_ours_or_too_big_is_incomplete(tmp_path) -> None:
     from vtb.serve import transcript
 
-    (tmp_path / "real.jsonl").write_text('{"k": "completion", "t": "x = compute(y)"}\n')
+    (tmp_path / "real.jsonl").write_text('{"p": "q", "c": ["x = compute(y)"]}\n')
     (tmp_path / "link.jsonl").symlink_to(tmp_path / "real.jsonl")
-    assert transcript.read(tmp_path / "real.jsonl") == ([("completion", "x = compute(y)")], True)
+    assert transcript.read(tmp_path / "real.jsonl") == ([("q", ["x = compute(y)"])], True)
     assert transcript.read(tmp_path / "link.jsonl")[1] is False  # never followed
     assert transcript.read(tmp_path / "missing.jsonl") == ([], False)
-    (tmp_path / "forged.jsonl").write_text('{"k": "completion", "t": "a"}\n{"k": "judge", "t": "ok"}\n')
+    (tmp_path / "forged.jsonl").write_text('{"p": "q", "c": ["a"]}\n{"verdict": "ok"}\n')
     assert transcript.read(tmp_path / "forged.jsonl")[1] is False
     w = transcript.Writer(tmp_path / "small.jsonl", max_bytes=200)
     for _ in range(10):
-        w.add("completion", ["y = f(x) + g(x)" * 3])
+        w.add("q", ["y = f(x) + g(x)" * 3])
     records, complete = transcript.read(tmp_path / "small.jsonl")
     assert not complete and 0 < len(records) < 10  # the server's overflow mark
     assert transcript.read(tmp_path / "real.jsonl", max_bytes=10) == ([], False)

@@ -109,7 +109,7 @@ def test_a_harness_that_does_the_task_itself_is_flagged(tmp_path, name, backend,
 
 
 # -- SWE-bench: the written check -------------------------------------------------------------------
-# The patch's added lines must first appear in a model completion (vtb/serve/transcript.py). The
+# The patch's added lines must be the model's writing (vtb/serve/transcript.py). The
 # gold patches stand for a harness's own solver; the hand-over sends them to the model first.
 HANDOVER = r"""
 import json

@@ -31,8 +31,8 @@ this task's tests, a harness that solves (or hands over) its own task does. The 
 The written check (SWE-bench, where the answer is code): the model server keeps a transcript of
 every prompt the harness sent and every completion it got back (vtb/serve/transcript.py), in the
 grading play itself, so there is nothing to tell apart. Each non-trivial line a scored answer adds
-must first appear in a completion: a line the harness had in a prompt before the model wrote it
-was handed over, a line in no completion was the harness's own. Legitimate harnesses pass: the
+must appear in a completion whose own prompt did not hold it: a line the model wrote only where
+its prompt held it was handed over, a line in no completion was the harness's own. Legitimate harnesses pass: the
 shipped ones build the patch from an edit line the model wrote, and a model's `sed` command or
 diff counts as writing the lines it contains. Flagged when the answers of WRITTEN_MIN and at
 least WRITTEN_FRACTION of the scored episodes are mostly not the model's writing.
@@ -43,8 +43,9 @@ question it sends (not swapped: flagged as unverifiable when it scores); on term
 that tells the swap (say, from paths the model's commands name) and plays honest in the audit.
 SWE-bench has no swap (its shipped harness sends the model the issue's title beside code located
 from the whole issue, so the model would still see this instance's code), only the written check:
-a model trained to decode a hand-over written in its own code, or a harness that picks among many
-samples the one its solver agrees with, passes it. tau has no single task text (the user speaks
+a model trained to decode a hand-over written in its own code, a capable model asked to repair a
+deliberately corrupted copy of the fix, or a harness that picks among many samples the one its
+solver agrees with, passes it. tau has no single task text (the user speaks
 it) and is audited by neither.
 """
 
@@ -53,7 +54,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vtb.serve.swap import words
-from vtb.serve.transcript import first_source, normal
+from vtb.serve.transcript import normal, source
 
 OWN_MIN, OWN_FRACTION = 2, 0.1  # answers to the question the model never saw, past coincidence
 GAP_MIN, GAP_FRACTION = 2, 0.2  # graded minus audited hits on the same questions
@@ -187,15 +188,13 @@ def _checkable(line: str) -> bool:
     return len(text) >= MIN_LINE and sum(c.isalnum() for c in text) >= 4
 
 
-def written(lines: list[str], records: list[tuple[str, str]], complete: bool) -> dict:
-    """Where each non-trivial line of one answer first appeared in the play's transcript."""
+def written(lines: list[str], exchanges: list[tuple[str, list[str]]], complete: bool) -> dict:
+    """Who wrote each non-trivial line of one answer, by the play's transcript (transcript.source)."""
     counts = {"lines": 0, "model": 0, "handed": 0, "harness": 0, "complete": complete}
     for line in lines:
-        if not _checkable(line):
-            continue
-        counts["lines"] += 1
-        source = first_source(normal(line), records)
-        counts[{"completion": "model", "prompt": "handed", None: "harness"}[source]] += 1
+        if _checkable(line):
+            counts["lines"] += 1
+            counts[source(normal(line), exchanges)] += 1
     return counts
 
 

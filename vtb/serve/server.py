@@ -17,7 +17,7 @@ prints ``{"event": "budget"}`` so the orchestrator records the step as stopped b
 In a provenance audit (`--swap`, vtb/serve/swap.py) each prompt's task texts are swapped for
 other episodes' before the model sees them, invisibly to the harness; the server prints
 ``{"event": "swapped", "pairs": [...]}`` for the pairs it used. With `--transcript` it appends
-each request's prompts and then its completions to that file (vtb/serve/transcript.py), for the
+each prompt with the completions returned for it to that file (vtb/serve/transcript.py), for the
 orchestrator's check that scored answers are the model's writing.
 Stdin is the lifeline: when the orchestrator closes it, the server exits. Stdout carries only
 those events (`protocol_stream`): everything else written to it, by vLLM's logging, a library's
@@ -164,17 +164,15 @@ class ModelServer:
                 ids = served_ids
             bound += req.n * (min(len(ids), keep) + req.max_tokens)
             prompts += [prompt] * req.n
-        if self.transcript is not None:
-            self.transcript.add(
-                "prompt", req.prompts if kind == "completions" else [m["content"] for m in req.messages]
-            )
         job = _Job(req, prompts, bound)
         self._jobs.put(job)
         job.done.wait()
         if job.error is not None:
             raise job.error
-        if self.transcript is not None:
-            self.transcript.add("completion", [_text_of(c) for c in job.reply.get("choices", [])])
+        if self.transcript is not None:  # each prompt as the model saw it (chat: rendered), its n completions
+            written = [_text_of(c) for c in job.reply.get("choices", [])]
+            for i, text in enumerate(texts):
+                self.transcript.add(text, written[i * req.n : (i + 1) * req.n])
         if self.swap is not None:  # the usage the harness would have seen without the swap
             usage = job.reply["usage"]
             usage["prompt_tokens"] = shown

@@ -1,18 +1,24 @@
-"""What a play's harness sent the model and what the model wrote back, in order (the written check).
+"""What a play's harness sent the model and what the model wrote back (the written check).
 
-A harness that writes the answer itself (a patch from its own solver, a tool call it composed)
-scores with no help from the model, and on the environment domains nothing in the answer says
-so. The model server (vtb/serve/server.py, `--transcript`) therefore appends each generation
-request's prompts (as the harness sent them) and then the completions it returned, one JSON line
+A harness that writes the answer itself (a patch from its own solver) scores with no help from
+the model, and on the environment domains nothing in the answer says so. The model server
+(vtb/serve/server.py, `--transcript`) therefore appends, for each prompt of each generation
+request, the prompt as the harness sent it and the completions it returned for it, one JSON line
 each, to a file in a folder of its own sandbox that no harness sees. After the play the
 orchestrator reads it back (bounded: it is the server's output, read like any sandbox output) and
-asks, for each line of each scored answer, where that text first appeared: in a completion (the
-model wrote it), in a prompt (the harness had it before the model did: a hand-over), or nowhere
-(the harness wrote it). vtb/provenance.py turns that into a verdict.
+asks, for each line of each scored answer, who wrote it (`source`):
 
-Text is compared after `normal` (whitespace collapsed, a leading diff marker dropped), and a
-line counts as found where it occurs inside a record, so a model that writes its fix inside a
-`sed` command or an edit line (`old => new`) is credited with it.
+- "model": some completion holds it and that completion's own prompt does not. The server is
+  stateless, so the model wrote it from what it knows, not from what it was shown.
+- "handed": completions hold it only where their own prompt held it too: the model copied it
+  from text the harness wrote (a hand-over).
+- "harness": no completion holds it.
+
+Only a completion's own prompt counts: another episode's prompt holding the line (two SWE-bench
+instances of one repository, one at a commit with the other's fix) says nothing. Text is compared
+after `normal` (whitespace collapsed, a leading diff marker dropped), and a line counts as found
+where it occurs inside a text, so a model that writes its fix inside a `sed` command or an edit
+line (`old => new`) is credited with it.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ MAX_BYTES = 16 << 20  # one server's transcript: past this, recording stops and 
 OVERFLOW = "overflow"
 
 _SPACE = re.compile(r"\s+")
+
+Exchange = tuple[str, list[str]]  # (a prompt, the completions returned for it), normalized
 
 
 def normal(text: str) -> str:
@@ -47,27 +55,26 @@ class Writer:
         self._lock = threading.Lock()
         self._full = False
 
-    def add(self, kind: str, texts: list[str]) -> None:
-        """kind "prompt" or "completion"; one record per text, in the order the server met them."""
+    def add(self, prompt: str, completions: list[str]) -> None:
+        """One prompt and the completions the model wrote for it."""
+        line = json.dumps({"p": normal(prompt), "c": [normal(c) for c in completions]}) + "\n"
         with self._lock:
-            for text in texts:
-                if self._full:
-                    return
-                line = json.dumps({"k": kind, "t": normal(text)}) + "\n"
-                if len(line) > self._left:
-                    self._full = True
-                    self._f.write(json.dumps({"k": OVERFLOW}) + "\n")
-                else:
-                    self._left -= len(line)
-                    self._f.write(line)
+            if self._full:
+                return
+            if len(line) > self._left:
+                self._full = True
+                self._f.write(json.dumps({OVERFLOW: True}) + "\n")
+            else:
+                self._left -= len(line)
+                self._f.write(line)
             self._f.flush()
 
 
-def read(path: Path, max_bytes: int = MAX_BYTES + 4096) -> tuple[list[tuple[str, str]], bool]:
-    """The records (kind, normalized text) and whether the transcript is complete.
+def read(path: Path, max_bytes: int = MAX_BYTES + 4096) -> tuple[list[Exchange], bool]:
+    """The exchanges and whether the transcript is complete.
 
     Incomplete: missing, not a regular file (a link is not followed), over max_bytes, a line that
-    is not a record of ours, or the server's own overflow mark."""
+    is not an exchange of ours, or the server's own overflow mark."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
@@ -79,21 +86,24 @@ def read(path: Path, max_bytes: int = MAX_BYTES + 4096) -> tuple[list[tuple[str,
         data = f.read(max_bytes + 1)
     if len(data) > max_bytes:
         return [], False
-    records: list[tuple[str, str]] = []
+    out: list[Exchange] = []
     for raw in data.decode("utf-8", "replace").splitlines():
         try:
             rec = json.loads(raw)
         except ValueError:
-            return records, False
-        if not isinstance(rec, dict) or rec.get("k") not in ("prompt", "completion"):
-            return records, False
-        records.append((rec["k"], str(rec.get("t", ""))))
-    return records, True
+            return out, False
+        if not (isinstance(rec, dict) and isinstance(rec.get("p"), str) and isinstance(rec.get("c"), list)):
+            return out, False
+        out.append((rec["p"], [str(c) for c in rec["c"]]))
+    return out, True
 
 
-def first_source(line: str, records: list[tuple[str, str]]) -> str | None:
-    """Where the normalized `line` first occurs: "prompt", "completion", or None (nowhere)."""
-    for kind, text in records:
-        if line in text:
-            return kind
-    return None
+def source(line: str, exchanges: list[Exchange]) -> str:
+    """Who wrote the normalized `line`: "model", "handed" or "harness" (see the module's docstring)."""
+    copied = False
+    for prompt, completions in exchanges:
+        if any(line in c for c in completions):
+            if line not in prompt:
+                return "model"
+            copied = True
+    return "handed" if copied else "harness"
