@@ -36,10 +36,16 @@ if "$PY" -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)'; then
 else
   ENV="$OUT/env"
   if ! "$PY" -m venv --system-site-packages "$ENV" >"$OUT/install.log" 2>&1; then
-    say "python -m venv failed (see install.log)"; exit 1
+    # no ensurepip (Debian's python3 without python3-venv): an environment without pip, filled by
+    # the interpreter's own pip
+    rm -rf "$ENV"
+    "$PY" -m venv --system-site-packages --without-pip "$ENV" >>"$OUT/install.log" 2>&1 || {
+      say "python -m venv failed (see install.log)"; exit 1; }
   fi
 fi
-if ! "$ENV/bin/python" -m pip install --no-index --find-links "$BUNDLE/wheels" -r "$BUNDLE/requirements.txt" >>"$OUT/install.log" 2>&1; then
+PIP=("$ENV/bin/python" -m pip)
+"$ENV/bin/python" -m pip --version >/dev/null 2>&1 || PIP=("$PY" -m pip --python "$ENV/bin/python")
+if ! "${PIP[@]}" install --no-index --find-links "$BUNDLE/wheels" -r "$BUNDLE/requirements.txt" >>"$OUT/install.log" 2>&1; then
   say "installing the bundle failed: tail of install.log:"; tail -20 "$OUT/install.log"; exit 1
 fi
 # this project from the working tree, as an editable install would have it (no build step, no setuptools)
