@@ -270,37 +270,61 @@ def test_a_harness_that_answers_for_its_model_is_flagged(tmp_path, backend, copi
 # -- the written check (SWE-bench) -------------------------------------------------------------------
 
 
+PATCH = """\
+--- a/stats.py
++++ b/stats.py
+@@ -1,9 +1,10 @@
+ def mean(xs, key):
+-    return total / len(xs)
++    return total / len(xs) if xs else 0.0
+-    for i in range(len(items) - 1):
++    for i in range(len(items) - 1, stop_at_the_end):
+-    if i < n:
++    if i <= n:
+-    raise KeyError(key)
++    raise KeyError(f"missing {key}")
++    new_value = parse(text)
++    handed = compute_it(carefully)
++    solved = the_harness_wrote_this(x)
++    else:
+"""
+
+
 def test_the_transcript_credits_the_model_with_what_it_wrote_in_any_form(tmp_path) -> None:
-    """An edit line, a sed command or a diff the model wrote all credit it with the added line; a
-    line it wrote only where its own prompt held it was handed over (another prompt holding it
-    says nothing: the model never saw that one); trivial lines are not counted."""
+    """An edit line, a sed command (whole or of the changed piece only) or a diff the model wrote
+    credit it; a line it wrote only where its own prompt held it was handed over (another prompt
+    holding it says nothing: the model never saw that one); trivial new lines are not counted."""
+    from vtb.domains.swe.domain import new_text
     from vtb.serve import transcript
 
     w = transcript.Writer(tmp_path / "t.jsonl")
     edit = "issue: mean of empty list\nfile: stats.py\nreturn total / len(xs)\nfix: "
     w.add(edit, ["return total / len(xs) => return total / len(xs) if xs else 0.0\n"])
     w.add("fix the KeyError", ["sed -i 's/raise KeyError(key)/raise KeyError(f\"missing {key}\")/' m.py"])
+    w.add("fix the loop", ["sed -i 's/ - 1)/ - 1, stop_at_the_end)/' stats.py"])  # the piece only
     w.add("repeat after me:\n+    handed = compute_it(carefully)\n", ["+    handed = compute_it(carefully)"])
-    # another instance's prompt holds this one's fix (a later commit of the same repository)
+    # another instance's prompt holds this one's new line (a later commit of the same repository)
     w.add("issue: b\nnew_value = parse(text)\nfix: ", ["nothing useful"])
     w.add(
         "issue: a\nold_value = 1\nfix: ",
-        ["--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-old_value = 1\n+new_value = parse(text)\n"],
+        ["--- a/x.py\n+++ b/x.py\n-old_value = 1\n+new_value = parse(text)\n"],
     )
     w.add("harness text: solved = the_harness_wrote_this(x)", [])
     exchanges, complete = transcript.read(tmp_path / "t.jsonl")
-    assert complete and len(exchanges) == 6 and exchanges[0][0] == transcript.normal(edit)
-    lines = [
-        "        return total / len(xs) if xs else 0.0",  # the edit line's new side, re-indented
-        '    raise KeyError(f"missing {key}")',  # inside the sed command
-        "new_value = parse(text)",  # from the diff the model wrote (another prompt held it)
-        "    handed = compute_it(carefully)",  # written only where its own prompt held it
-        "    solved = the_harness_wrote_this(x)",  # in a prompt, in no completion
-        "    else:",  # trivial: not counted
-        "}",
+    assert complete and len(exchanges) == 7 and exchanges[0][0] == transcript.normal(edit)
+    lines = new_text(PATCH)
+    assert [line.strip() for line, _ in lines][:3] == [
+        "return total / len(xs) if xs else 0.0",
+        "for i in range(len(items) - 1, stop_at_the_end):",
+        "if i <= n:",
     ]
+    # the pieces each edit put in, widened to tokens until they say something
+    assert lines[0][1] == ["if xs else 0.0"] and lines[1][1] == [", stop_at_the_end"]
+    assert lines[2][1] == ["if i <= n:"]  # "=" alone tells nothing: the whole line
     counts = provenance.written(lines, exchanges, complete)
-    assert counts == {"lines": 5, "model": 3, "handed": 1, "harness": 1, "complete": True}, counts
+    # model: the edit line, the loop's piece, the sed-rewritten raise, new_value; handed: handed;
+    # harness: `if i <= n:` (the model never wrote it) and solved; not counted: `else:`
+    assert counts == {"lines": 7, "model": 4, "handed": 1, "harness": 2, "complete": True}, counts
 
 
 def test_a_transcript_that_is_not_ours_or_too_big_is_incomplete(tmp_path) -> None:

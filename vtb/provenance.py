@@ -32,7 +32,9 @@ The written check (SWE-bench, where the answer is code): the model server keeps 
 every prompt the harness sent and every completion it got back (vtb/serve/transcript.py), in the
 grading play itself, so there is nothing to tell apart. Each non-trivial line a scored answer adds
 must appear in a completion whose own prompt did not hold it: a line the model wrote only where
-its prompt held it was handed over, a line in no completion was the harness's own. Legitimate harnesses pass: the
+its prompt held it was handed over, a line in no completion was the harness's own. An edit of an
+existing line is checked by the piece it changed, widened to whole tokens until it is at least 8
+characters (`transcript.piece`), so a model's `sed 's/age > 21/age >= 21/'` credits it. Legitimate harnesses pass: the
 shipped ones build the patch from an edit line the model wrote, and a model's `sed` command or
 diff counts as writing the lines it contains. Flagged when the answers of WRITTEN_MIN and at
 least WRITTEN_FRACTION of the scored episodes are mostly not the model's writing.
@@ -54,13 +56,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vtb.serve.swap import words
-from vtb.serve.transcript import normal, source
+from vtb.serve.transcript import checkable, normal, source
 
 OWN_MIN, OWN_FRACTION = 2, 0.1  # answers to the question the model never saw, past coincidence
 GAP_MIN, GAP_FRACTION = 2, 0.2  # graded minus audited hits on the same questions
 UNVERIFIABLE_FRACTION = 0.5  # episodes whose question never reached the model verbatim
 WRITTEN_MIN, WRITTEN_FRACTION = 2, 0.2  # scored answers mostly not the model's writing
-MIN_LINE = 8  # characters: shorter lines ("else:", "}", "pass") say nothing about who wrote them
 
 
 @dataclass
@@ -183,18 +184,31 @@ def verdict(pairs: list[dict], graded: dict[str, float]) -> dict:
     }
 
 
-def _checkable(line: str) -> bool:
-    text = normal(line)
-    return len(text) >= MIN_LINE and sum(c.isalnum() for c in text) >= 4
+def _who(text: str, exchanges: list[tuple[str, list[str]]]) -> str:
+    return source(normal(text), exchanges)
 
 
-def written(lines: list[str], exchanges: list[tuple[str, list[str]]], complete: bool) -> dict:
-    """Who wrote each non-trivial line of one answer, by the play's transcript (transcript.source)."""
+def written(
+    lines: list[tuple[str, list[str]]], exchanges: list[tuple[str, list[str]]], complete: bool
+) -> dict:
+    """Who wrote each line of one answer, by the play's transcript (transcript.source).
+
+    `lines`: (the line, the pieces an edit put into it; [the line] when it is new). A line is the
+    model's when a completion holds it whole, or holds every piece long enough to tell (a `sed`
+    edit writes only those); a line whose pieces are all too short to tell (an operator, a
+    constant) is not counted either way."""
     counts = {"lines": 0, "model": 0, "handed": 0, "harness": 0, "complete": complete}
-    for line in lines:
-        if _checkable(line):
-            counts["lines"] += 1
-            counts[source(normal(line), exchanges)] += 1
+    for line, pieces in lines:
+        if checkable(line) and _who(line, exchanges) == "model":
+            who = "model"
+        else:
+            told = [p for p in pieces if checkable(p)]
+            if not told:
+                continue  # nothing long enough to tell who wrote it
+            found = {_who(p, exchanges) for p in told}
+            who = next((w for w in ("harness", "handed") if w in found), "model")
+        counts["lines"] += 1
+        counts[who] += 1
     return counts
 
 

@@ -38,6 +38,37 @@ _SPACE = re.compile(r"\s+")
 Exchange = tuple[str, list[str]]  # (a prompt, the completions returned for it), normalized
 
 
+MIN_CHARS, MIN_ALNUM = 8, 4  # shorter text ("else:", "}", ">=") says nothing about who wrote it
+
+
+def checkable(text: str) -> bool:
+    """Whether `text` is long enough that finding it in a completion means something."""
+    text = normal(text)
+    return len(text) >= MIN_CHARS and sum(c.isalnum() for c in text) >= MIN_ALNUM
+
+
+def piece(line: str, start: int, end: int) -> str:
+    """line[start:end] widened to whole tokens (words, single marks), then a token at a time on
+    alternate sides, until it is `checkable` (or is the whole line): the text an edit that changed
+    only that span must have written (`sed 's/age > 21/age >= 21/'` writes "age >= 21", not "=")."""
+    words = [(m.start(), m.end()) for m in re.finditer(r"\w+|[^\w\s]", line)]  # words and marks
+    inside = [i for i, (a, b) in enumerate(words) if a < max(end, start + 1) and b > start]
+    if not inside:  # whitespace only: the nearest token after it, else before it
+        after = [i for i, (a, _) in enumerate(words) if a >= start]
+        inside = [after[0] if after else len(words) - 1] if words else []
+    if not inside:
+        return ""
+    lo, hi = inside[0], inside[-1]
+    left = True
+    while not checkable(line[words[lo][0] : words[hi][1]]) and (lo > 0 or hi < len(words) - 1):
+        if (left and lo > 0) or hi == len(words) - 1:
+            lo -= 1
+        else:
+            hi += 1
+        left = not left
+    return line[words[lo][0] : words[hi][1]]
+
+
 def normal(text: str) -> str:
     """`text` with runs of whitespace as one space, trimmed, and a leading diff marker dropped."""
     text = _SPACE.sub(" ", text).strip()

@@ -9,6 +9,7 @@ tests only ever enter a grading sandbox, after the model's patch.
 
 from __future__ import annotations
 
+import difflib
 import json
 import random
 import tempfile
@@ -22,6 +23,7 @@ from vtb.domains.swe import checks, generator, grading, real
 from vtb.domains.swe.env import SweEpisode
 from vtb.domains.swe.kit import datatools, prompting
 from vtb.preflight import Problem, Systems
+from vtb.serve import transcript
 
 HARNESSES = Path(__file__).parent / "kit" / "harnesses"
 REFERENCE_TRAINER = {"method": "full", "lr": 3e-3, "epochs": 6, "batch_size": 16, "lr_schedule": "cosine"}
@@ -179,11 +181,8 @@ class SweDomain(common.RowSystems):
         return super().harness_for(task, system) if task.source == "embedded" else HARNESSES / "shell"
 
     # The written check (vtb/provenance.py): the lines a scored patch adds must be the model's writing.
-    def written_lines(self, episode) -> list[str]:
-        patch = episode.prediction()["model_patch"]
-        return [
-            line[1:] for line in patch.splitlines() if line.startswith("+") and not line.startswith("+++")
-        ]
+    def written_lines(self, episode) -> list[tuple[str, list[str]]]:
+        return new_text(episode.prediction()["model_patch"])
 
     def metrics(self, episodes: list[SweEpisode], task: TaskConfig) -> dict:
         reports = {ep.id: ep.grade()[0][ep.id] for ep in episodes}
@@ -237,3 +236,47 @@ def _text(instance: dict) -> str:
         + "\n"
         + instance["patch"]
     )
+
+
+EDITED = 0.5  # an added line this similar to a removed one of its change edits it
+
+
+def new_text(patch: str) -> list[tuple[str, list[str]]]:
+    """What a patch writes that was not there before: each added line with the pieces an edit put
+    into it ([the line] itself when it edits no removed line of its change).
+
+    The written check (vtb/provenance.py) asks whether the model wrote these. A model that fixes
+    `return total / len(xs)` with `sed -i 's|len(xs)$|len(xs) if xs else 0.0|'` never writes the
+    whole new line; it writes the piece that changed, widened to words until it says something
+    (`transcript.piece`), which is then what is checked. A deletion inside a line counts as a
+    change at that place."""
+    out: list[tuple[str, list[str]]] = []
+    removed: list[str] = []
+    added: list[str] = []
+
+    def flush() -> None:
+        for new in added:  # against the removed line it edits, if it edits one
+            scored = [(difflib.SequenceMatcher(None, old, new, autojunk=False), old) for old in removed]
+            best = max(scored, key=lambda m: m[0].ratio(), default=None)
+            if best is None or best[0].ratio() < EDITED:
+                out.append((new, [new]))
+            else:
+                ops = best[0].get_opcodes()
+                spans = [(b1, b2) for tag, _, _, b1, b2 in ops if tag in ("insert", "replace", "delete")]
+                out.append((new, sorted({transcript.piece(new, b1, b2) for b1, b2 in spans} - {""})))
+        removed.clear()
+        added.clear()
+
+    for line in patch.splitlines():
+        if line.startswith(("+++", "---")):
+            continue
+        if line.startswith("+"):
+            added.append(line[1:])
+        elif line.startswith("-"):
+            if added:  # a new block of removals after additions: a new change
+                flush()
+            removed.append(line[1:])
+        else:
+            flush()
+    flush()
+    return out
