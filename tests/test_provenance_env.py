@@ -160,8 +160,11 @@ def test_a_swe_patch_the_model_never_wrote_is_flagged(tmp_path, backend, toy_mod
         counts = list(played.written.values())
         if name == "solver":  # its lines are in no completion
             assert all(c["harness"] == c["lines"] > 0 and c["complete"] for c in counts), counts
-        else:  # they reached the model in a prompt first
-            assert all(c["handed"] == c["lines"] > 0 for c in counts), counts
-            assert "sent to the model in a prompt" in found["reason"]
+        else:  # the toy model cannot copy them back: in no completion free of them either way
+            # (a model that copies them writes them only where its prompt held them: "handed",
+            # tests/test_provenance.py)
+            assert all(c["handed"] + c["harness"] == c["lines"] > 0 and c["model"] == 0 for c in counts), (
+                counts
+            )
     # The shipped harnesses (patches from the model's edit lines) are not flagged: greedy's SWE
     # submission in tests/test_terminal_swe_bench.py, and tests/test_provenance.py's unit cases.
