@@ -224,7 +224,7 @@ def written_verdict(answers: dict[str, dict], graded: dict[str, float]) -> dict:
         own = sum(a["harness"] for a in not_model)
         reasons.append(
             f"{len(not_model)} of {len(scored)} scored answers are mostly not the model's writing "
-            f"({own} lines in no completion, {handed} sent to the model in a prompt before it wrote them): "
+            f"({own} lines in no completion, {handed} written by the model only where its prompt held them): "
             "the harness, not the model, wrote them"
         )
     if incomplete >= max(WRITTEN_MIN, WRITTEN_FRACTION * len(scored)):
