@@ -148,28 +148,12 @@ def step_sandbox_cuda(c: Check) -> dict:
     return {**seen, "gpu_seconds": round(res.gpu_seconds, 2), "wall_s": round(res.wall_seconds, 1)}
 
 
-def write_candidate(folder: Path, trainer: dict, n_rows: int) -> Path:
-    """A system's data and trainer parts: toy SFT rows (the toy model's own format) and `trainer`."""
-    import random
-
-    from vtb.models.toy import toy_example
-
-    (folder / "data").mkdir(parents=True, exist_ok=True)
-    (folder / "trainer").mkdir(exist_ok=True)
-    rng = random.Random(0)
-    rows = [toy_example(rng) for _ in range(n_rows)]
-    (folder / "data" / "train.jsonl").write_text(
-        "".join(json.dumps({"prompt": f"Q: {q}\nA:", "completion": " " + a}) + "\n" for q, a in rows)
-    )
-    (folder / "trainer" / "config.json").write_text(json.dumps(trainer))
-    return folder
-
-
 def _train(c: Check, trainer: dict, name: str, rows: int = 256) -> dict:
     from vtb import runner
+    from vtb.models.toy import write_toy_system
     from vtb.sandbox.base import Limits
 
-    cand = write_candidate(c.out / "work" / name / "cand", trainer, n_rows=rows)
+    cand = write_toy_system(c.out / "work" / name / "cand", trainer, n_rows=rows)
     out = runner.train(
         c.sandbox(),
         cand,

@@ -20,7 +20,7 @@ from vtb.engine import usage
 from vtb.engine.ds_launch import check_devices, launcher_argv
 from vtb.engine.sft_config import ConfigError, resolve_config
 from vtb.engine.sft_deepspeed import MASTER_PORT, ds_config, rank_rows
-from vtb.models.toy import toy_example
+from vtb.models.toy import write_toy_system
 from vtb.sandbox.base import Limits
 
 SHAPE = {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 128}
@@ -143,18 +143,7 @@ def base_dir(toy_model_dir):
 
 def write_candidate(tmp_path: Path, trainer: dict, n_rows: int = 48) -> Path:
     """A candidate with toy SFT rows and the given trainer config (also used by tests/gpu)."""
-    import random
-
-    cand = tmp_path / "cand"
-    (cand / "data").mkdir(parents=True)
-    (cand / "trainer").mkdir()
-    rng = random.Random(0)
-    rows = [toy_example(rng) for _ in range(n_rows)]
-    (cand / "data" / "train.jsonl").write_text(
-        "".join(json.dumps({"prompt": f"Q: {q}\nA:", "completion": " " + a}) + "\n" for q, a in rows)
-    )
-    (cand / "trainer" / "config.json").write_text(json.dumps(trainer))
-    return cand
+    return write_toy_system(tmp_path / "cand", trainer, n_rows)
 
 
 def test_a_deepspeed_trainer_without_a_gpu_fails_with_the_fix(base_dir, tmp_path):

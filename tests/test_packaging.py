@@ -11,29 +11,24 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_wheel_holds_every_tracked_file_the_code_reads(tmp_path) -> None:
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """This checkout as a wheel, as `pip install .` would build it."""
+    out = tmp_path_factory.mktemp("wheel")
+    args = ["wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), "."]
     subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "-q",
-            "--no-deps",
-            "--no-build-isolation",
-            "-w",
-            str(tmp_path),
-            ".",
-        ],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        timeout=300,
+        [sys.executable, "-m", "pip", *args], cwd=ROOT, check=True, capture_output=True, timeout=300
     )
-    (wheel,) = tmp_path.glob("*.whl")
+    (built,) = out.glob("*.whl")
+    return built
+
+
+def test_the_wheel_holds_every_tracked_file_the_code_reads(wheel) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     tracked = subprocess.run(
         ["git", "ls-files", "vtb", "flows", "steps", "conf"],
@@ -48,30 +43,12 @@ def test_the_wheel_holds_every_tracked_file_the_code_reads(tmp_path) -> None:
     assert any(n.endswith("share/vibetraining-bench/conf/bench.yaml") for n in names)
 
 
-def test_a_non_editable_install_run_from_elsewhere_is_refused_in_one_line(tmp_path) -> None:
+def test_a_non_editable_install_run_from_elsewhere_is_refused_in_one_line(tmp_path, wheel) -> None:
     """A new user's `pip install .` into an environment of their own, then the README's command
     from another folder: its configs are found (the wheel carries conf/), and the run is refused
     at once, naming the fix, because every sandbox would see the whole package in site-packages."""
     import sysconfig
 
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "-q",
-            "--no-deps",
-            "--no-build-isolation",
-            "-w",
-            str(tmp_path),
-            ".",
-        ],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
     env_dir = tmp_path / "env"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True, timeout=120)
     python = env_dir / "bin" / "python"
@@ -83,7 +60,6 @@ def test_a_non_editable_install_run_from_elsewhere_is_refused_in_one_line(tmp_pa
     ).stdout.strip()
     # the dependencies from this environment (not its editable vtb: a path line, not a site dir)
     (Path(site) / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    (wheel,) = tmp_path.glob("*.whl")
     subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", str(wheel)],
         check=True,

@@ -6,6 +6,7 @@ model that builds in seconds and does not depend on the domain package.
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -64,3 +65,17 @@ def build_toy_model(
     return build_tiny_model(
         out_dir, toy_texts(n_texts, seed), tokenizer, steps=steps, seed=seed, progress=progress, **shape
     )
+
+
+def write_toy_system(folder: Path, trainer: dict, n_rows: int = 48) -> Path:
+    """A system's data and trainer parts for the toy model: `n_rows` toy SFT rows and `trainer` as
+    its config (the DeepSpeed tests, the GPU suite and scripts/gpu_check.py train it)."""
+    (folder / "data").mkdir(parents=True, exist_ok=True)
+    (folder / "trainer").mkdir(exist_ok=True)
+    rng = random.Random(0)
+    rows = [toy_example(rng) for _ in range(n_rows)]
+    (folder / "data" / "train.jsonl").write_text(
+        "".join(json.dumps({"prompt": f"Q: {q}\nA:", "completion": " " + a}) + "\n" for q, a in rows)
+    )
+    (folder / "trainer" / "config.json").write_text(json.dumps(trainer))
+    return folder
