@@ -7,6 +7,8 @@ default so tests can build a config in plain Python.
 
 from __future__ import annotations
 
+import site
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,9 +18,6 @@ from vtb.safefs import Caps
 def _conf_dir() -> Path:
     """Hydra's config folder: the checkout's conf/ (a clone, an editable install), else the one a
     wheel installs under <prefix>/share/vibetraining-bench (pyproject.toml's data-files)."""
-    import site
-    import sys
-
     checkout = Path(__file__).resolve().parents[1] / "conf"
     if (checkout / "bench.yaml").is_file():
         return checkout

@@ -34,9 +34,9 @@ grading play itself, so there is nothing to tell apart. Each non-trivial line a 
 must appear in a completion whose own prompt did not hold it: a line the model wrote only where
 its prompt held it was handed over, a line in no completion was the harness's own. An edit of an
 existing line is checked by the piece it changed, widened to whole tokens until it is at least 8
-characters (`transcript.piece`), so a model's `sed 's/age > 21/age >= 21/'` credits it. Legitimate harnesses pass: the
-shipped ones build the patch from an edit line the model wrote, and a model's `sed` command or
-diff counts as writing the lines it contains. Flagged when the answers of WRITTEN_MIN and at
+characters (`transcript.piece`), so a model's `sed 's/age > 21/age >= 21/'` credits it.
+Legitimate harnesses pass: the shipped ones build the patch from an edit line the model wrote,
+and a model's `sed` command or diff counts as writing the lines it contains. Flagged when the answers of WRITTEN_MIN and at
 least WRITTEN_FRACTION of the scored episodes are mostly not the model's writing.
 
 What stays open (SECURITY.md): a model trained to leak the question it sees back to the harness
@@ -47,8 +47,8 @@ SWE-bench has no swap (its shipped harness sends the model the issue's title bes
 from the whole issue, so the model would still see this instance's code), only the written check:
 a model trained to decode a hand-over written in its own code, a capable model asked to repair a
 deliberately corrupted copy of the fix, or a harness that picks among many samples the one its
-solver agrees with, passes it. tau has no single task text (the user speaks
-it) and is audited by neither.
+solver agrees with, passes it. tau has no single task text (the user speaks it) and is audited
+by neither.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vtb.serve.swap import words
-from vtb.serve.transcript import checkable, normal, source
+from vtb.serve.transcript import checkable, source
 
 OWN_MIN, OWN_FRACTION = 2, 0.1  # answers to the question the model never saw, past coincidence
 GAP_MIN, GAP_FRACTION = 2, 0.2  # graded minus audited hits on the same questions
@@ -184,10 +184,6 @@ def verdict(pairs: list[dict], graded: dict[str, float]) -> dict:
     }
 
 
-def _who(text: str, exchanges: list[tuple[str, list[str]]]) -> str:
-    return source(normal(text), exchanges)
-
-
 def written(
     lines: list[tuple[str, list[str]]], exchanges: list[tuple[str, list[str]]], complete: bool
 ) -> dict:
@@ -199,13 +195,13 @@ def written(
     constant) is not counted either way."""
     counts = {"lines": 0, "model": 0, "handed": 0, "harness": 0, "complete": complete}
     for line, pieces in lines:
-        if checkable(line) and _who(line, exchanges) == "model":
+        if checkable(line) and source(line, exchanges) == "model":
             who = "model"
         else:
             told = [p for p in pieces if checkable(p)]
             if not told:
                 continue  # nothing long enough to tell who wrote it
-            found = {_who(p, exchanges) for p in told}
+            found = {source(p, exchanges) for p in told}
             who = next((w for w in ("harness", "handed") if w in found), "model")
         counts["lines"] += 1
         counts[who] += 1

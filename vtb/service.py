@@ -87,7 +87,7 @@ class ModelService:
     # The written check (vtb/serve/transcript.py): the server records prompts and completions in a
     # folder of its own; `transcript` is what close() read back, `transcript_complete` whether whole.
     record_transcript: bool = False
-    transcript: list[tuple[str, str]] = field(default_factory=list)
+    transcript: list[transcripts.Exchange] = field(default_factory=list)
     transcript_complete: bool = False
     exhausted: bool = False  # the server refused a request for the budget
     engine: str = ""  # the engine that served, as the server's usage file says

@@ -22,8 +22,8 @@ class Domain(Protocol):
 
     - `audit_text(episode) -> str`, `reward_as(episode, other) -> float`: the provenance audit's swap
       (math, terminal; vtb/provenance.py);
-    - `written_lines(episode) -> list[str]`: the lines of its answer the model must have written
-      (SWE-bench's written check; vtb/serve/transcript.py);
+    - `written_lines(episode) -> list[tuple[str, list[str]]]`: each line of its answer the model must
+      have written, with the pieces an edit put into it (SWE-bench's written check; vtb/provenance.py);
     - `artifacts(episodes)`, `check_sandbox(data_dir, backend)`, `preflight(...)`: grader files for
       the record, and checks before any budget is spent.
     """

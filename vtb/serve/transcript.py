@@ -130,7 +130,8 @@ def read(path: Path, max_bytes: int = MAX_BYTES + 4096) -> tuple[list[Exchange],
 
 
 def source(line: str, exchanges: list[Exchange]) -> str:
-    """Who wrote the normalized `line`: "model", "handed" or "harness" (see the module's docstring)."""
+    """Who wrote `line` (compared `normal`ized): "model", "handed" or "harness" (the module's docstring)."""
+    line = normal(line)
     copied = False
     for prompt, completions in exchanges:
         if any(line in c for c in completions):
