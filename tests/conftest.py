@@ -341,3 +341,15 @@ def run_deploy_script(env: dict, *args: str) -> subprocess.CompletedProcess:
     )
     assert deploy.returncode == 0, deploy.stdout[-3000:] + deploy.stderr[-3000:]
     return deploy
+
+
+# Under pytest-xdist (`-n 2 --dist loadgroup`, as CI runs) a file's tests stay on one worker, so
+# module fixtures (a whole bench) are made once; a test that reuses another file's session
+# fixture joins that file's group instead of making the fixture again on the other worker.
+SHARED_WITH = {"greedy_run": "test_bench_e2e.py"}
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        group = next((f for name, f in SHARED_WITH.items() if name in item.fixturenames), None)
+        item.add_marker(pytest.mark.xdist_group(group or item.path.name))
