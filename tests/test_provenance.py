@@ -311,7 +311,7 @@ def test_the_transcript_credits_the_model_with_what_it_wrote_in_any_form(tmp_pat
     )
     w.add("harness text: solved = the_harness_wrote_this(x)", [])
     exchanges, complete = transcript.read(tmp_path / "t.jsonl")
-    assert complete and len(exchanges) == 7 and exchanges[0][0] == transcript.normal(edit)
+    assert complete and len(exchanges) == 7 and exchanges[0][0] == transcript.bare(edit)
     lines = new_text(PATCH)
     assert [line.strip() for line, _ in lines][:3] == [
         "return total / len(xs) if xs else 0.0",
@@ -332,7 +332,7 @@ def test_a_transcript_that_is_not_ours_or_too_big_is_incomplete(tmp_path) -> Non
 
     (tmp_path / "real.jsonl").write_text('{"p": "q", "c": ["x = compute(y)"]}\n')
     (tmp_path / "link.jsonl").symlink_to(tmp_path / "real.jsonl")
-    assert transcript.read(tmp_path / "real.jsonl") == ([("q", ["x = compute(y)"])], True)
+    assert transcript.read(tmp_path / "real.jsonl") == ([("q", ["x=compute(y)"])], True)  # compared bare
     assert transcript.read(tmp_path / "link.jsonl")[1] is False  # never followed
     assert transcript.read(tmp_path / "missing.jsonl") == ([], False)
     (tmp_path / "forged.jsonl").write_text('{"p": "q", "c": ["a"]}\n{"verdict": "ok"}\n')
@@ -360,3 +360,76 @@ def test_the_written_verdict_flags_a_pattern_not_one_answer() -> None:
     assert not unscored["flagged"] and unscored["scored"] == 0  # nothing scored: nothing to explain
     cut = {k: v | {"complete": False} for k, v in answers.items() if v is model}
     assert "incomplete" in provenance.written_verdict(cut, dict.fromkeys(cut, 1.0))["reason"]
+
+
+def _tau_episode(task_id: str, *turns: tuple[str, object]):
+    """A played tau episode as the written check reads it: its task id and its messages."""
+    from types import SimpleNamespace
+
+    messages = []
+    for role, what in turns:
+        if role == "call":
+            name, args = what
+            call = {"function": {"name": name, "arguments": json.dumps(args)}}
+            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            messages.append({"role": "tool", "name": name, "content": "{}"})
+        else:
+            messages.append({"role": role, "content": what})
+    return SimpleNamespace(task={"id": task_id}, messages=messages)
+
+
+def test_a_tau_write_the_model_never_chose_is_not_its_own() -> None:
+    """tau's written check: the model must name each write call and write each message, in its
+    own episode's exchanges (a prompt holding a user line only that task's user said); the
+    arguments are the harness's to repair. Completions as a word-level tokenizer decodes them."""
+    from vtb.domains.tau.domain import TauDomain
+    from vtb.serve import transcript
+
+    opening = "Hi! I am Ana Diaz, zip code 10001. Please cancel order #W1000001, no longer needed."
+    other = "Hi! I am Bo Li, zip code 94110. Please cancel order #W2000002, ordered by mistake."
+    honest = _tau_episode(
+        "t1",
+        ("user", opening),
+        ("assistant", "Confirm: cancel #W1000001? (yes/no)"),
+        ("user", "Yes."),
+        # the model wrote #W1000007: the repair harness snapped it to the order the user named
+        ("call", ("cancel_pending_order", {"order_id": "#W1000001", "reason": "no longer needed"})),
+        ("user", "Thanks, that is all. ###STOP###"),
+    )
+    solver = _tau_episode(
+        "t2",
+        ("user", other),
+        ("assistant", "Confirm: cancel #W2000002? (yes/no)"),  # the harness's words
+        ("user", "Yes."),
+        ("call", ("cancel_pending_order", {"order_id": "#W2000002", "reason": "ordered by mistake"})),
+        ("user", "Thanks, that is all. ###STOP###"),
+    )
+    handed = _tau_episode(
+        "t3",
+        ("user", "Hi! My email is cy@x.com. Cancel order #W3000003 please."),
+        ("call", ("cancel_pending_order", {"order_id": "#W3000003", "reason": "no longer needed"})),
+    )
+    exchanges = [
+        (f"user: {opening}\nagent:", ["respond Confirm : cancel # W1000001 ? ( yes / no )"]),
+        (
+            f"user: {opening}\nagent: respond Confirm:cancel#W1000001?(yes/no)\nuser: Yes.\nagent:",
+            ["cancel_pending_order # W1000007 | no longer needed"],
+        ),
+        (f"user: {other}\nagent:", ["respond I can help ."]),  # the model never chose the cancel
+        (
+            "user: Hi! My email is cy@x.com. Cancel order #W3000003 please.\nsay: cancel_pending_order",
+            ["cancel_pending_order"],
+        ),
+    ]
+    exchanges = [(transcript.bare(p), [transcript.bare(c) for c in cs]) for p, cs in exchanges]
+    domain = TauDomain()
+    episodes = [honest, solver, handed]
+    scopes = domain.written_scopes(episodes)
+    assert scopes[0] == [opening]  # "Yes." and the goodbye are every task's
+    counts = provenance.tracer(domain)(episodes, exchanges, True)
+    assert counts[0] == {"lines": 2, "model": 2, "handed": 0, "harness": 0, "complete": True}, counts
+    # the honest episode's cancel does not credit the solver's: not in its own exchanges
+    assert counts[1] == {"lines": 2, "model": 0, "handed": 0, "harness": 2, "complete": True}, counts
+    assert counts[2] == {"lines": 1, "model": 0, "handed": 1, "harness": 0, "complete": True}, counts
+    # unscoped, any conversation's cancel would have credited the solver's
+    assert provenance.written(domain.written_lines(solver), exchanges, True)["model"] == 1

@@ -62,6 +62,7 @@ SETUPS = {
         sizes=dict(n_pool=12, n_val=2, n_test=4, trials=1, max_steps_per_episode=2), text="instruction"
     ),
     "swe": dict(sizes=dict(n_pool=12, n_val=3, n_test=6), text="problem_statement"),
+    "tau": dict(sizes=dict(n_users=12, n_pool=12, n_val=3, n_test=6, trials=1, val_trials=1)),
 }
 
 
@@ -168,3 +169,80 @@ def test_a_swe_patch_the_model_never_wrote_is_flagged(tmp_path, backend, toy_mod
             )
     # The shipped harnesses (patches from the model's edit lines) are not flagged: greedy's SWE
     # submission in tests/test_terminal_swe_bench.py, and tests/test_provenance.py's unit cases.
+
+
+# -- tau: the written check over the agent's actions -----------------------------------------------
+# Each write call must be named, and each message written, by the model in the episode's own
+# exchanges. The gold plans (the scripted expert's) stand for a harness's own solver; it still
+# sends the model every conversation, as an honest harness would. The hand-over asks the model to
+# repeat each action first.
+TAU_SOLVER = r"""
+import json
+from pathlib import Path
+from expert import plan  # a copy next to the harness (the sandbox does not mount vtb.domains.tau.expert)
+from vtb.domains.tau.kit import prompting
+from vtb.protocol import serve
+from vtb.serve.client import ModelClient
+
+GOLD = json.loads((Path(__file__).parent / "solutions.json").read_text())  # opening -> task
+HAND_OVER = {hand_over}
+
+def act(m):
+    messages = m["observation"]["messages"]
+    turn = sum(1 for x in messages if x["role"] == "assistant")
+    actions = plan(GOLD[messages[0]["content"]], messages[0]["content"])
+    return actions[turn] if turn < len(actions) else {{"type": "message", "content": "Goodbye."}}
+
+def policy(batch):
+    model = ModelClient.from_env()
+    actions = [act(m) for m in batch]
+    if HAND_OVER:
+        model.generate(["repeat after me: " + prompting.action_text(a) for a in actions], max_new_tokens=4)
+    else:
+        model.generate([prompting.prompt(m["observation"]["messages"]) for m in batch], max_new_tokens=4)
+    return actions
+
+serve(policy)
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_tau_action_the_model_never_chose_is_flagged(tmp_path, backend, toy_model_dir) -> None:
+    from vtb.domains.tau import expert
+
+    task = task_config("tau", **SETUPS["tau"]["sizes"])
+    (tmp_path / "cache").mkdir()
+    data_dir = Path(pipeline.provision_data(task, tmp_path / "cache").data_dir)
+    domain = get_domain("tau")
+    # what each episode's user opens with (the scripted user is seeded by task and trial)
+    openings = {ep.messages[0]["content"]: ep.task for ep in domain.episodes(data_dir, "test", task)}
+    # the hand-over's lines: in no completion here (the toy model cannot copy them back), or
+    # "handed" by a model that can (tests/test_provenance.py); one backend suffices (the
+    # transcript is the model server's, one code path on both)
+    attacks = {"solver": False, "hand-over": True} if backend == "bwrap" else {"solver": False}
+    for name, hand_over in attacks.items():
+        harness = tmp_path / name
+        harness.mkdir()
+        (harness / "harness.py").write_text(TAU_SOLVER.format(hand_over=hand_over))
+        (harness / "solutions.json").write_text(json.dumps(openings))
+        (harness / "expert.py").write_text(Path(expert.__file__).read_text())
+        played = pipeline.play(
+            harness,
+            toy_model_dir,
+            "test",
+            data_dir,
+            task,
+            SandboxConfig(backend=backend),
+            None,
+            300.0,
+            shard=task.n_val,
+        )
+        assert played.written is not None and set(played.written) == set(played.rewards), played.written
+        found = provenance.written_verdict(played.written, played.rewards)
+        print(f"\n[tau/{backend}] {name} {played.score:.3f}: {found}")
+        assert played.score == 1.0  # the attack works: every task solved
+        assert found["flagged"] and found["not_model"] == found["scored"] == task.n_test, found
+        counts = list(played.written.values())
+        assert all(c["model"] == 0 and c["lines"] > 0 and c["complete"] for c in counts), counts
+    # Greedy's tau submission (the repair harness, a trained model) is not flagged:
+    # tests/test_tau_bench.py; the scoping and a hand-over a model copies: tests/test_provenance.py.

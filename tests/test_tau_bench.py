@@ -53,6 +53,10 @@ def test_tau_run_reports_pass_k_for_every_system(tau_run):
     grading = json.loads((Path(result["record"]) / "grading.json").read_text())
     assert grading["submitted"]["n"] == cfg.task.n_test * cfg.task.trials
     assert grading["submitted"]["null_model_score"] == 0.0 and not grading["submitted"]["flagged"]
+    # the written check ran on greedy's submission (the repair harness), from grading's transcript
+    check = result["submitted"]["provenance"]
+    assert check["check"] == "written" and check["n"] == cfg.task.n_test * cfg.task.trials, check
+    assert result["submitted"]["flagged_by_provenance"] is False, check
     sample = json.loads((Path(result["record"]) / "private" / "samples.json").read_text())["submitted"][0]
     assert sample["messages"][0]["role"] == "user" and "reward" in sample
 

@@ -358,8 +358,8 @@ def play(
     cache = engine_cache_for(engine_cfg.name) if engine_cfg else None
     outcome = runner.EpisodeOutcome({}, Charge(), [], 0, [], [])
     text_of = getattr(domain, "audit_text", None) if audit else None
-    # the written check (vtb/provenance.py): test plays of a domain whose answers are code
-    lines_of = getattr(domain, "written_lines", None) if split == "test" and not audit else None
+    # the written check (vtb/provenance.py): test plays of a domain whose answers it traces
+    trace = provenance.tracer(domain) if split == "test" and not audit else None
     audited: list[tuple[list, set[int]]] = []
     for part in shards:
         part_flops = None if max_flops is None else max(0.0, max_flops - outcome.charge.flops)
@@ -379,7 +379,7 @@ def play(
             task_cfg,
             split,
             swap,
-            lines_of,
+            trace,
         )
         if swap is not None:
             audited.append((part, got.swapped))
@@ -396,7 +396,7 @@ def play(
         ]
     # by real id, like the rewards; decoys (other opaque ids of the same episodes) left out
     written = (
-        {b.inner.id: outcome.written[b.id] for b in blinded if b.id in outcome.written} if lines_of else None
+        {b.inner.id: outcome.written[b.id] for b in blinded if b.id in outcome.written} if trace else None
     )
     outcome.actions = {k: v for k, v in outcome.actions.items() if k in scored}
     outcome.failed = {k: v for k, v in outcome.failed.items() if k in scored}
@@ -435,12 +435,12 @@ def _play_shard(
     task_cfg,
     split,
     swap: list[tuple[str, str]] | None = None,
-    lines_of=None,
+    trace=None,
 ) -> runner.EpisodeOutcome:
     """One play: a fresh model server and harness process for these (blinded) episodes.
 
-    `lines_of` (a domain's `written_lines`): the server keeps a transcript, and each episode's
-    answer lines are traced in it (`provenance.written`), by opaque episode id."""
+    `trace` (`provenance.tracer`): the server keeps a transcript, and each episode's answer
+    lines are traced in it, by opaque episode id."""
     service = ModelService(
         sandbox,
         model_dir,
@@ -448,7 +448,7 @@ def _play_shard(
         env=env,
         cache_dir=cache,
         swap=swap,
-        record_transcript=lines_of is not None,
+        record_transcript=trace is not None,
     )
     try:
         with service:
@@ -471,11 +471,9 @@ def _play_shard(
     outcome.charge = outcome.charge + service.charge
     outcome.engine = service.engine
     outcome.swapped = set(service.swapped)
-    if lines_of is not None:
-        outcome.written = {
-            b.id: provenance.written(lines_of(b.inner), service.transcript, service.transcript_complete)
-            for b in blinded
-        }
+    if trace is not None:
+        counts = trace([b.inner for b in blinded], service.transcript, service.transcript_complete)
+        outcome.written = {b.id: c for b, c in zip(blinded, counts, strict=True)}
     if service.exhausted and "flops" not in outcome.killed:  # refused past the cap, though it answered
         outcome.killed.append("flops")
     return outcome

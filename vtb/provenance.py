@@ -28,7 +28,7 @@ works on another task's instruction in this task's shell: an honest system almos
 this task's tests, a harness that solves (or hands over) its own task does. The gap check needs
 `served`, so it does not run there.
 
-The written check (SWE-bench, where the answer is code): the model server keeps a transcript of
+The written check (SWE-bench, where the answer is code; tau, below): the model server keeps a transcript of
 every prompt the harness sent and every completion it got back (vtb/serve/transcript.py), in the
 grading play itself, so there is nothing to tell apart. Each non-trivial line a scored answer adds
 must appear in a completion whose own prompt did not hold it: a line the model wrote only where
@@ -47,16 +47,19 @@ SWE-bench has no swap (its shipped harness sends the model the issue's title bes
 from the whole issue, so the model would still see this instance's code), only the written check:
 a model trained to decode a hand-over written in its own code, a capable model asked to repair a
 deliberately corrupted copy of the fix, or a harness that picks among many samples the one its
-solver agrees with, passes it. tau has no single task text (the user speaks it) and is audited
-by neither.
+solver agrees with, passes it. tau has no single task text (the user speaks it), so no swap,
+and the written check there reads the agent's actions: each write call's tool name and each
+message must be the model's, credited only by the episode's own exchanges (`tracer`, the domain's
+`written_scopes`); the call's arguments stay the harness's to repair.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from vtb.serve.swap import words
-from vtb.serve.transcript import checkable, source
+from vtb.serve.transcript import Exchange, checkable, source, within
 
 OWN_MIN, OWN_FRACTION = 2, 0.1  # answers to the question the model never saw, past coincidence
 GAP_MIN, GAP_FRACTION = 2, 0.2  # graded minus audited hits on the same questions
@@ -206,6 +209,27 @@ def written(
         counts["lines"] += 1
         counts[who] += 1
     return counts
+
+
+def tracer(domain) -> Callable[[list, list[Exchange], bool], list[dict]] | None:
+    """The written check of one play for `domain`, or None where its answers are not traced.
+
+    A domain's `written_lines(episode)` gives each answer's lines; its optional
+    `written_scopes(episodes)` gives each episode the texts a prompt of its own holds, so that a
+    line is credited only by that episode's exchanges (tau's tool names are common to all)."""
+    lines_of = getattr(domain, "written_lines", None)
+    if lines_of is None:
+        return None
+    scopes_of = getattr(domain, "written_scopes", None)
+
+    def trace(episodes: list, exchanges: list[Exchange], complete: bool) -> list[dict]:
+        scopes = scopes_of(episodes) if scopes_of else [None] * len(episodes)
+        return [
+            written(lines_of(ep), within(exchanges, scope), complete)
+            for ep, scope in zip(episodes, scopes, strict=True)
+        ]
+
+    return trace
 
 
 def written_verdict(answers: dict[str, dict], graded: dict[str, float]) -> dict:

@@ -23,7 +23,9 @@ class Domain(Protocol):
     - `audit_text(episode) -> str`, `reward_as(episode, other) -> float`: the provenance audit's swap
       (math, terminal; vtb/provenance.py);
     - `written_lines(episode) -> list[tuple[str, list[str]]]`: each line of its answer the model must
-      have written, with the pieces an edit put into it (SWE-bench's written check; vtb/provenance.py);
+      have written, with the pieces an edit put into it (the written check: SWE-bench, tau;
+      vtb/provenance.py), and `written_scopes(episodes) -> list[list[str]]`: texts a prompt of each
+      episode's own holds, where its lines would otherwise be credited by any episode's (tau);
     - `artifacts(episodes)`, `check_sandbox(data_dir, backend)`, `preflight(...)`: grader files for
       the record, and checks before any budget is spent.
     """

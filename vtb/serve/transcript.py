@@ -16,9 +16,11 @@ asks, for each line of each scored answer, who wrote it (`source`):
 
 Only a completion's own prompt counts: another episode's prompt holding the line (two SWE-bench
 instances of one repository, one at a commit with the other's fix) says nothing. Text is compared
-after `normal` (whitespace collapsed, a leading diff marker dropped), and a line counts as found
-where it occurs inside a text, so a model that writes its fix inside a `sed` command or an edit
-line (`old => new`) is credited with it.
+`bare` (a leading diff marker dropped, every whitespace character taken out: a word-level
+tokenizer decodes `#W885` as `# W885`), and a line counts as found where it occurs inside a text,
+so a model that writes its fix inside a `sed` command or an edit line (`old => new`) is credited
+with it. `within` narrows the exchanges to one episode's, for domains whose episodes share lines
+(tau: every conversation's write calls are named from one short list of tools).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ OVERFLOW = "overflow"
 
 _SPACE = re.compile(r"\s+")
 
-Exchange = tuple[str, list[str]]  # (a prompt, the completions returned for it), normalized
+Exchange = tuple[str, list[str]]  # (a prompt, the completions returned for it), `bare`
 
 
 MIN_CHARS, MIN_ALNUM = 8, 4  # shorter text ("else:", "}", ">=") says nothing about who wrote it
@@ -75,6 +77,19 @@ def normal(text: str) -> str:
     if text[:1] in "+-" and not text.startswith(("++", "--")):
         text = text[1:].lstrip()
     return text
+
+
+def bare(text: str) -> str:
+    """`normal` text with no whitespace at all: what the written check compares."""
+    return "".join(normal(text).split())
+
+
+def within(exchanges: list[Exchange], keys: list[str] | None) -> list[Exchange]:
+    """The exchanges whose prompt holds one of `keys` (one episode's own texts); all when None."""
+    if keys is None:
+        return exchanges
+    keys = [bare(k) for k in keys if checkable(k)]  # "Yes." would match everywhere
+    return [(p, c) for p, c in exchanges if any(k in p for k in keys)]
 
 
 class Writer:
@@ -125,13 +140,13 @@ def read(path: Path, max_bytes: int = MAX_BYTES + 4096) -> tuple[list[Exchange],
             return out, False
         if not (isinstance(rec, dict) and isinstance(rec.get("p"), str) and isinstance(rec.get("c"), list)):
             return out, False
-        out.append((rec["p"], [str(c) for c in rec["c"]]))
+        out.append((bare(rec["p"]), [bare(str(c)) for c in rec["c"]]))
     return out, True
 
 
 def source(line: str, exchanges: list[Exchange]) -> str:
-    """Who wrote `line` (compared `normal`ized): "model", "handed" or "harness" (the module's docstring)."""
-    line = normal(line)
+    """Who wrote `line` (compared `bare`): "model", "handed" or "harness" (the module's docstring)."""
+    line = bare(line)
     copied = False
     for prompt, completions in exchanges:
         if any(line in c for c in completions):

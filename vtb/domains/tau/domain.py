@@ -24,6 +24,7 @@ from vtb.domains.tau import demos as demotools
 from vtb.domains.tau import tasks, tools, user
 from vtb.domains.tau.env import TauEpisode
 from vtb.domains.tau.kit import datatools, prompting
+from vtb.domains.tau.kit.schemas import WRITE_TOOLS
 from vtb.preflight import Problem, Systems
 
 HERE = Path(__file__).parent
@@ -213,6 +214,40 @@ class TauDomain:
                 episode.judge = judge
                 out.append(episode)
         return out
+
+    # --- the written check (vtb/provenance.py) -----------------------------------------------
+    def written_lines(self, episode: TauEpisode) -> list[tuple[str, list[str]]]:
+        """What the agent did that the reward reads: each write call, by its tool's name (the
+        model must have chosen it; its arguments are the harness's to repair against the
+        conversation, as the shipped repair harness does), and each message to the user."""
+        out = []
+        for m in episode.messages:
+            if m["role"] != "assistant":
+                continue
+            action = prompting.message_action(m)
+            if action["type"] == "tool_call" and action["name"] in WRITE_TOOLS:
+                out.append((action["name"], [action["name"]]))
+            elif action["type"] == "message" and action["content"]:
+                out.append((action["content"], [action["content"]]))
+        return out
+
+    def written_scopes(self, episodes: list[TauEpisode]) -> list[list[str]]:
+        """Each episode's own exchanges are those whose prompt holds one of its user's messages
+        that no other task's user said (every conversation names its write calls from one short
+        list of tools, and "Yes." or "The reason is: no longer needed." open many)."""
+        said: dict[str, set] = {}
+        for ep in episodes:
+            for m in ep.messages:
+                if m["role"] == "user" and m["content"]:
+                    said.setdefault(m["content"], set()).add(ep.task["id"])
+        return [
+            [
+                m["content"]
+                for m in ep.messages
+                if m["role"] == "user" and said.get(m["content"]) == {ep.task["id"]}
+            ]
+            for ep in episodes
+        ]
 
     def metrics(self, episodes: list[TauEpisode], task: TauConfig) -> dict:
         return common.pass_metrics(
