@@ -418,6 +418,12 @@ def test_a_flagged_submission_is_scored_and_marked_and_a_regrade_is_compared(tmp
     determinism = result["grading_determinism"]
     assert not determinism["identical"] and determinism["differing_items"] == ["test-0"]
     assert result["submitted"]["item_rewards"].keys() == {"test-0", "test-1"}
+    table = (Path(result["record"]) / "item_rewards.csv").read_text().splitlines()
+    assert table[0].startswith("item,initial,submitted") and [r.split(",")[0] for r in table[1:]] == [
+        "test-0",
+        "test-1",
+    ]
+    assert [float(x) for x in table[2].split(",")[1:]] == [1.0] * (len(table[0].split(",")) - 1)
 
 
 def _edit_turn(plan: list[dict]):

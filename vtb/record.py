@@ -262,8 +262,26 @@ class RunRecord:
             "record": str(self.dir),
         }
         _dump(self.dir / "result.json", result)
+        write_item_rewards(self.dir / "item_rewards.csv", grades)
         write_report(self.dir, result, history, grades)
         return result
+
+
+def write_item_rewards(path: Path, grades: dict) -> None:
+    """Each test item's reward for every graded system, one row per item (by id, never its
+    input): the table a paired comparison or a per-item plot starts from."""
+    labels = [label for label in ("initial", "submitted", "reference") if label in grades]
+    rewards = {label: grades[label].get("rewards") or {} for label in labels}
+    items = sorted({i for r in rewards.values() for i in r})
+    rows = [",".join(["item", *labels])]
+    for item in items:
+        cells = ["" if item not in rewards[x] else repr(float(rewards[x][item])) for x in labels]
+        rows.append(",".join([_csv_cell(item), *cells]))
+    path.write_text("\n".join(rows) + "\n")
+
+
+def _csv_cell(text: str) -> str:
+    return f'"{text.replace(chr(34), chr(34) * 2)}"' if any(c in text for c in ',"\n') else text
 
 
 PRIVATE = "private"  # the one folder of a run record that holds test inputs; never published
