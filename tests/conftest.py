@@ -343,13 +343,26 @@ def run_deploy_script(env: dict, *args: str) -> subprocess.CompletedProcess:
     return deploy
 
 
-# Under pytest-xdist (`-n 2 --dist loadgroup`, as CI runs) a file's tests stay on one worker, so
-# module fixtures (a whole bench) are made once; a test that reuses another file's session
-# fixture joins that file's group instead of making the fixture again on the other worker.
-SHARED_WITH = {"greedy_run": "test_bench_e2e.py"}
+# The files that take minutes (CI's --durations), started first under pytest-xdist: a worker
+# given one of them last would run alone while the other sits idle.
+LONG_FILES = (
+    "test_adversarial.py",
+    "test_dispatch.py",
+    "test_bench_e2e.py",
+    "test_terminal_swe_bench.py",
+    "test_tau_bench.py",
+    "test_provenance_env.py",
+    "test_smollm2.py",
+    "test_tau_real.py",
+    "test_math_real_bench.py",
+    "test_provenance.py",
+    "test_charge_integrity.py",
+    "test_agent_bench.py",
+)
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    for item in items:
-        group = next((f for name, f in SHARED_WITH.items() if name in item.fixturenames), None)
-        item.add_marker(pytest.mark.xdist_group(group or item.path.name))
+    if not hasattr(config, "workerinput"):  # not a pytest-xdist worker: the files' own order
+        return
+    rank = {name: i for i, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file keeps its order

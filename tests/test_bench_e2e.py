@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import GREEDY_EXTRA, needs_bwrap, small_overrides
+from tests.conftest import GREEDY_EXTRA, needs_bwrap, sandbox_backend, small_config, small_overrides
 
 pytestmark = [pytest.mark.slow, needs_bwrap()]
 ROOT = Path(__file__).resolve().parents[1]
@@ -267,3 +267,33 @@ def test_killed_run_resumes_to_the_same_result(tmp_path, greedy_run):
     assert _headline(a) == _headline(b)
     timings = json.loads(next((killed / "runs").glob("*/timings.json")).read_text())
     assert [t["step"] for t in timings["steps"] if not t["cached"]] == ["train"]  # it did train again
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_a_bench_run_scores_the_same_on_both_backends(tmp_path, greedy_run) -> None:
+    """The shared greedy run (bwrap) again on docker, on its own cache: same val and test scores.
+    (In this file, beside the run it shares: pytest-xdist keeps a file on one worker.)
+
+    The docker run leaves out the reference and the null / base-model checks: they change
+    neither the initial and submitted systems' scores nor the budgeted FLOPs.
+    """
+    from flows.bench import run_bench
+
+    sandbox_backend("docker")
+    cfg = small_config(tmp_path / "docker", "greedy", 0, "sandbox=docker", "task.n_test=60")  # as greedy_run
+    bwrap, docker = greedy_run[1], run_bench(cfg)
+    for row in ("initial", "submitted"):
+        assert bwrap[row]["test_score"] == docker[row]["test_score"], (row, bwrap[row], docker[row])
+        assert bwrap[row]["val_score"] == docker[row]["val_score"]
+    # The FLOPs the engines and the server count are the same; what the budget charged may differ
+    # by FLOPs-floor charges, which follow metered CPU (the shared run trains its reference
+    # alongside, so its plays see more contention than this one's).
+    assert _counted_flops(bwrap) == _counted_flops(docker)
+    assert json.loads((Path(docker["record"]) / "config.json").read_text())["sandbox"]["backend"] == "docker"
+
+
+def _counted_flops(result: dict) -> float:
+    """The budgeted steps' counted FLOPs (ledger.jsonl's flops_reported), floors left out."""
+    lines = (Path(result["record"]) / "ledger.jsonl").read_text().splitlines()
+    return sum(json.loads(line)["charge"]["flops_reported"] for line in lines)
