@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from prefect import flow, tags
 from prefect.artifacts import create_markdown_artifact
 
@@ -41,7 +41,7 @@ from flows.signals import refuse, run_main
 from flows.watch import bench_tags
 from vtb import leaderboard, safefs
 from vtb.build import run_id as run_id_of
-from vtb.compose import check_command_line, compose_config
+from vtb.compose import check_command_line, compose_config, typed
 from vtb.config import CONF_DIR, BenchConfig
 from vtb.domains import salt
 from vtb.record import md_text
@@ -333,7 +333,7 @@ def run_sweep(cfg: SweepConfig) -> dict:
 
 
 def to_sweep_config(cfg: DictConfig) -> SweepConfig:
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SweepConfig), cfg))
+    return typed(SweepConfig, cfg)
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="sweep")

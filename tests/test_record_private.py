@@ -22,7 +22,7 @@ from tests.conftest import BACKENDS, sandbox_backend
 from tests.test_bench_core import PLAN, FakeSteps, config, run
 from vtb import runner
 from vtb.blind import blind, secret_of
-from vtb.domains import get_domain
+from vtb.domains.registry import get_domain
 from vtb.sandbox.base import Limits
 
 ECHO = """import json, sys

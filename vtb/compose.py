@@ -13,6 +13,13 @@ from vtb.config import CONF_DIR, BenchConfig, TaskConfig
 from vtb.domains.registry import domain_config
 
 
+def typed(schema: type, cfg: Any) -> Any:
+    """A composed config as the dataclass `schema` (every key checked against its fields)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), cfg))
+
+
 def to_config(cfg: Any) -> BenchConfig:
     """A composed config (a DictConfig or a plain dict) as typed dataclasses, validated."""
     from omegaconf import OmegaConf

@@ -1,4 +1,4 @@
-"""One cache key per step, from exactly what determines its result (DESIGN.md, cache keys).
+"""One cache key per step, from exactly what determines its result.
 
 A step's key is also the name of its output folder (data/<task>-<key>, models/<name>-<key>,
 checkpoints/<key>), so a key and the folder it names cannot disagree. Prefect's default key

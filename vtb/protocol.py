@@ -1,4 +1,4 @@
-"""The harness protocol: JSON lines over the sandbox's stdin/stdout (DESIGN.md).
+"""The harness protocol: JSON lines over the sandbox's stdin/stdout (this docstring is its reference).
 
 The orchestrator sends *rounds*: any number of messages followed by ``{"type": "flush"}``.
 A message is either an episode start or an observation for a running episode::

@@ -10,10 +10,3 @@ domain by name (orchestrator only).
 This file and every `<domain>/__init__.py` import nothing at import time, so a sandbox can import a kit
 without the orchestrator's modules being there.
 """
-
-
-def get_domain(name: str):
-    """Orchestrator only: `vtb.domains.registry.get_domain` (not mounted in sandboxes), for old importers."""
-    from vtb.domains.registry import get_domain as get
-
-    return get(name)
