@@ -39,11 +39,10 @@ from flows.dispatch import DEPLOYMENT, Job, run_deployments
 from flows.gpu import ensure_limits, gpu_slot
 from flows.signals import refuse, run_main
 from flows.watch import bench_tags
-from vtb import leaderboard, safefs
+from vtb import leaderboard, safefs, salt
 from vtb.build import run_id as run_id_of
 from vtb.compose import check_command_line, compose_config, typed
 from vtb.config import CONF_DIR, BenchConfig
-from vtb.domains import salt
 from vtb.record import md_text
 
 
@@ -65,7 +64,7 @@ class SweepConfig:
     poll_seconds: float = 5.0  # dispatch=deployment: between looks at the benches' flow runs
     # dispatch=deployment: benches no worker starts while none of the sweep's runs, this long, fail
     start_timeout_s: float = 1800.0
-    # hidden: the benches' test split is drawn with this installation's salt (vtb/domains/salt.py
+    # hidden: the benches' test split is drawn with this installation's salt (vtb/salt.py
     # installation_salt) unless the overrides or $VTB_TEST_SALT give one; public: the published
     # default salt (README figures; recorded and ranked as a public split)
     test_split: str = "hidden"

@@ -30,7 +30,7 @@ export VTB_REPO VTB_DOCKER_DATA VTB_RESULTS VTB_SALT_DIR
 VTB_REPO=$(pwd)
 # The folder of this installation's test salt (made here if new): sweeps pass its file to every
 # bench, so the bench-docker container mounts it read-only at the same path (never a sandbox).
-VTB_SALT_DIR=$(.venv/bin/python -c "from vtb.domains.salt import installation_salt; print(installation_salt().parent)")
+VTB_SALT_DIR=$(.venv/bin/python -c "from vtb.salt import installation_salt; print(installation_salt().parent)")
 VTB_DOCKER_DATA=${VTB_DOCKER_DATA:-/srv/vtb}
 VTB_RESULTS=${VTB_RESULTS:-$VTB_DOCKER_DATA/results}
 export PREFECT_API_URL=${PREFECT_API_URL:-http://127.0.0.1:4200/api}

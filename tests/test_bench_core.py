@@ -385,7 +385,7 @@ def test_a_flagged_submission_is_scored_and_marked_and_a_regrade_is_compared(tmp
     from collections import Counter
     from dataclasses import replace
 
-    from vtb.domains import salt
+    from vtb import salt
 
     cfg = config(tmp_path, 1, "regrade_check=true")
     fake = FakeSteps(tmp_path, [])
@@ -608,7 +608,7 @@ def test_grading_plays_in_shards_of_the_validation_size(tmp_path) -> None:
 def test_a_default_run_is_recorded_on_the_public_test_split(tmp_path, monkeypatch) -> None:
     """The default salt is in the public source, so anyone can rebuild that test split with its
     answers: a default run's result.json and report say "public" (the leaderboard ranks it apart)."""
-    from vtb.domains import salt
+    from vtb import salt
 
     monkeypatch.delenv(salt.ENV_VAR, raising=False)
     _, result = run(config(tmp_path, 1), FakeSteps(tmp_path, PLAN[:1]))

@@ -190,7 +190,7 @@ SALT = "leaderboard-salt-" + hashlib.sha256(b"kit-layout").hexdigest()[:12]
 
 
 def _default_salt() -> str:
-    from vtb.domains import salt
+    from vtb import salt
 
     return salt.DEFAULT_TEST_SALT
 
@@ -266,7 +266,7 @@ def test_salted_test_split_is_not_the_public_seeds(name, tmp_path, monkeypatch):
 
 
 def test_salt_from_a_file_or_the_environment(tmp_path, monkeypatch):
-    from vtb.domains import salt
+    from vtb import salt
 
     monkeypatch.delenv("VTB_TEST_SALT", raising=False)
     (tmp_path / "salt").write_text(SALT + "\n")
@@ -301,7 +301,7 @@ def test_the_run_record_holds_the_salt_hash_only(tmp_path, monkeypatch):
 
 
 def test_the_installation_salt_is_private_made_once_and_per_installation(tmp_path, monkeypatch):
-    from vtb.domains import salt
+    from vtb import salt
 
     monkeypatch.setenv("VTB_STATE_DIR", str(tmp_path / "state"))
     path = salt.installation_salt()
@@ -319,7 +319,7 @@ def test_the_installation_salt_is_private_made_once_and_per_installation(tmp_pat
 
 def test_no_sandbox_sees_the_installation_salt(backend, data_dir, tmp_path):
     """The salt file lives in the user's state folder: no sandbox mounts it, nor holds its value."""
-    from vtb.domains import salt
+    from vtb import salt
 
     path = salt.installation_salt()  # the real default place (~/.local/state/vtb/test_salt)
     secret = path.read_text().strip()
@@ -336,7 +336,7 @@ def test_no_sandbox_sees_the_installation_salt(backend, data_dir, tmp_path):
 
 def test_a_sweep_draws_a_hidden_split_unless_told_otherwise(tmp_path, monkeypatch):
     from flows.sweep import SweepConfig, bench_configs, bench_overrides
-    from vtb.domains import salt
+    from vtb import salt
 
     monkeypatch.setenv("VTB_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.delenv("VTB_TEST_SALT", raising=False)
@@ -360,7 +360,7 @@ def test_a_sweep_draws_a_hidden_split_unless_told_otherwise(tmp_path, monkeypatc
 
 
 def test_the_summary_says_which_test_split_a_score_is_on():
-    from vtb.domains import salt
+    from vtb import salt
     from vtb.record import split_line
 
     public = split_line({"kind": "public", "salt_sha256": salt.PUBLIC_SHA256})

@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
         "vtb.codesign",
         "vtb.progress",
         "vtb.models",
-        "vtb.domains.salt",
+        "vtb.salt",
         "vtb.plots",
         "vtb.markdown",
         "vtb.registry",

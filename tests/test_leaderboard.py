@@ -227,7 +227,7 @@ def test_grid_effects_pool_seeds_with_a_paired_ci_over_items(tmp_path) -> None:
 def test_test_splits_are_never_pooled() -> None:
     """Was: every run of a (task, agent) was pooled, whatever split it was graded on: a run on the
     public split (anyone can rebuild it) ranked beside hidden-split runs, two salts averaged."""
-    from vtb.domains import salt
+    from vtb import salt
 
     def on(split: str, sha: str, *args) -> dict:
         return _result(*args) | {"test_split": {"kind": split, "salt_sha256": sha}}

@@ -35,7 +35,7 @@ def test_sweep_runs_benches_survives_a_failure_and_writes_the_leaderboard(tmp_pa
     results = [json.loads(p.read_text()) for p in runs.glob("*/result.json")]
     assert sorted(r["seed"] for r in results) == [0, 1]
     # compared scores: a hidden split (this installation's salt), one for every bench
-    from vtb.domains import salt
+    from vtb import salt
 
     splits = {json.dumps(r["test_split"], sort_keys=True) for r in results}
     assert len(splits) == 1 and results[0]["test_split"]["kind"] == "hidden"

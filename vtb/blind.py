@@ -37,9 +37,8 @@ import os
 import shutil
 from pathlib import Path
 
-from vtb import safefs
+from vtb import safefs, salt
 from vtb.config import TaskConfig
-from vtb.domains import salt
 from vtb.hashing import hash_dir
 
 ID_CHARS = 16
@@ -48,7 +47,7 @@ ID_CHARS = 16
 def secret_of(task: TaskConfig) -> bytes:
     """The key ids, order, staging paths and the null model's shuffle derive from.
 
-    Derived from the task's test salt (vtb.domains.salt: inline, file, environment or the
+    Derived from the task's test salt (vtb.salt: inline, file, environment or the
     default), which no sandbox can read; never from its recorded hash.
     """
     return hashlib.sha256(b"vtb-blind\0" + salt.resolve(task).encode()).digest()

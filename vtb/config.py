@@ -48,14 +48,14 @@ class TaskConfig:
     initial_noise: float = 0.3  # share of those rows with a wrong answer
     round_timeout_s: float = 120.0  # harness time per round, plus per_episode_timeout_s each
     per_episode_timeout_s: float = 2.0
-    # The secret the hidden test split is drawn with (vtb/domains/salt.py): null = the published
+    # The secret the hidden test split is drawn with (vtb/salt.py): null = the published
     # default (README figures reproduce anywhere); a leaderboard sets its own, best as a file or
     # $VTB_TEST_SALT. An inline value is replaced here by "sha256:<hex>" so no record holds it.
     test_salt: str | None = None
     test_salt_file: str | None = None
 
     def __post_init__(self) -> None:
-        from vtb.domains import salt
+        from vtb import salt
 
         self.test_salt = salt.seal(self.test_salt)
 

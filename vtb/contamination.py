@@ -29,7 +29,7 @@ is flagged when at least FLAG_MIN_ITEMS items and at least FLAG_FRACTION of its 
 two and 2% of the split do not. Per file: the distinctive n-grams it holds, the items they come
 from and a few examples.
 
-Canaries (`vtb.domains.salt.canary`): every item of the hidden test and val splits carries a field
+Canaries (`vtb.salt.canary`): every item of the hidden test and val splits carries a field
 with a string derived from the test-split salt, which no sandbox can compute. It is looked for in
 the submission with everything but letters and digits removed, so no re-spacing hides it; found
 anywhere, it flags the split with certainty.
@@ -60,8 +60,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
 
-from vtb import safefs
-from vtb.domains import salt
+from vtb import safefs, salt
 
 LONG_N = 13
 SHORT_N = 8

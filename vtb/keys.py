@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+from vtb import salt
 from vtb.agents.prompt import template_digest
 from vtb.config import AgentConfig, EngineConfig, ModelConfig, TaskConfig
-from vtb.domains import salt
 from vtb.hashing import code_version, hash_json
 
 # The source each kind of result depends on; part of its key.

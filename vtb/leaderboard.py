@@ -20,7 +20,7 @@ graded on the same items, so every effect is a contrast of per-item rewards), an
 each verdict; in leaderboard.md and leaderboard_grid.csv.
 
 Test splits are never pooled: a run on the public test split (the published default salt, which
-anyone can rebuild with its answers; vtb/domains/salt.py) is ranked apart as "<task> [public
+anyone can rebuild with its answers; vtb/salt.py) is ranked apart as "<task> [public
 split]", and runs drawn with different hidden salts apart from each other ("<task> [split
 <sha256 prefix>]"); a task whose runs share one hidden salt keeps its plain name.
 

@@ -16,12 +16,11 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from vtb import progress, provenance, runner, safefs
+from vtb import progress, provenance, runner, safefs, salt
 from vtb.agents import Feedback
 from vtb.agents.turn import take_turn
 from vtb.blind import blind, real_ids, secret_of
 from vtb.config import AgentConfig, BenchConfig, EngineConfig, ModelConfig, SandboxConfig, TaskConfig
-from vtb.domains import salt
 from vtb.domains.registry import get_domain
 from vtb.engine.select import engine_env
 from vtb.hashing import hash_dir, hash_file, hash_json
@@ -39,7 +38,7 @@ def provision_data(task: TaskConfig, cache: Path) -> DataResult:
 
     Every item of the full test and val splits carries the split's canary (salt.plant_canaries).
 
-    The key and the result carry the salt's sha256 (`test_salt_sha256`, vtb/domains/salt.py),
+    The key and the result carry the salt's sha256 (`test_salt_sha256`, vtb/salt.py),
     never the salt: a salt from a file or the environment changes the key as an inline one does.
     """
     domain = get_domain(task.name)

@@ -19,9 +19,8 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
-from vtb import plots, safefs
+from vtb import plots, safefs, salt
 from vtb.config import BenchConfig
-from vtb.domains import salt
 from vtb.hashing import code_version
 from vtb.ledger import Ledger
 from vtb.markdown import md_text

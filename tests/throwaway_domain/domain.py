@@ -8,8 +8,9 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
+from vtb import salt
 from vtb.config import TaskConfig, TrainerConfig
-from vtb.domains import common, salt
+from vtb.domains import common
 from vtb.domains.registry import register_domain
 from vtb.runner import SingleTurn
 

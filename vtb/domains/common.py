@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass
 from math import comb
 from pathlib import Path
 
+from vtb import salt
 from vtb.config import TaskConfig, TrainerConfig
-from vtb.domains import salt
 from vtb.domains.kit.jsonl import read_jsonl, write_jsonl
 
 __all__ = ["read_jsonl", "write_jsonl"]  # the kits' JSONL helpers, for the orchestrator side too
@@ -84,7 +84,7 @@ def embedded_splits(
     task: TaskConfig, make: Callable[[int, int, str, set], list[dict]]
 ) -> tuple[list, list, list]:
     """(test, val, pool) from a generator `make(seed, n, prefix, taken)`: val and pool from the
-    public seed first, then test from the salted seed (vtb/domains/salt.py), skipping all they hold."""
+    public seed first, then test from the salted seed (vtb/salt.py), skipping all they hold."""
     taken: set = set()
     val = make(task.data_seed + 2, task.n_val, "val", taken)
     pool = make(task.data_seed + 3, task.n_pool, "train", taken)

@@ -1,6 +1,6 @@
 """The math domain as the pipeline sees it: splits, initial/reference systems, reward.
 
-Pool and val are fixed by task.data_seed, the test split by the salt too (vtb/domains/salt.py),
+Pool and val are fixed by task.data_seed, the test split by the salt too (vtb/salt.py),
 so every research agent and seed starts from the same initial system and is graded on the same
 hidden test split, which no sandbox can rebuild.
 """
@@ -11,8 +11,9 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vtb import salt
 from vtb.config import SandboxConfig, TaskConfig, TrainerConfig
-from vtb.domains import common, salt
+from vtb.domains import common
 from vtb.domains.math import checks, generator, grading, loaders
 from vtb.domains.math.env import MathEnv, MathEpisode
 from vtb.domains.math.kit import datatools

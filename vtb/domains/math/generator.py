@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from vtb.domains import salt
+from vtb import salt
 from vtb.domains.math.kit.datatools import strip_annotations  # noqa: F401  (re-exported for the domain)
 
 NUMBER_MAX = 999
@@ -287,7 +287,7 @@ def make_splits(
     """Disjoint pool / val / test splits; pool and val from the public `seed`, test from `test_seed`.
 
     One generation call from `seed`, cut val | pool (val does not depend on n_pool and covers
-    every step count), then the test split from `test_seed` (vtb.domains.salt: derived from a
+    every step count), then the test split from `test_seed` (vtb.salt: derived from a
     secret salt), skipping every pool and val question, so pool and val are reproducible from
     the public seed and the test split is not. Disjointness is checked here, not assumed: a
     leak of test questions into the train pool would void the benchmark. `test_seed=None`: the

@@ -26,8 +26,9 @@ import random
 import shutil
 from pathlib import Path
 
+from vtb import salt
 from vtb.config import TaskConfig
-from vtb.domains import common, salt
+from vtb.domains import common
 from vtb.domains.shell import ImageState, ShellTurns
 from vtb.domains.swe import official
 from vtb.sandbox.base import Limits

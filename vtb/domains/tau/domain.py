@@ -15,8 +15,9 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from vtb import salt
 from vtb.config import SandboxConfig, TrainerConfig
-from vtb.domains import common, salt
+from vtb.domains import common
 from vtb.domains.kit.jsonl import read_jsonl, write_jsonl
 from vtb.domains.registry import register_domain
 from vtb.domains.tau import db as dbgen
@@ -94,7 +95,7 @@ class TauDomain:
             db = dbgen.make_db(task.data_seed, task.n_users)
             taken: set = set()
             # pool and val from the public seed first, then the test tasks from the salted seed
-            # (vtb/domains/salt.py), skipping every task they hold
+            # (vtb/salt.py), skipping every task they hold
             val = tasks.make_tasks(db, task.data_seed + 2, task.n_val, "val", taken)
             pool = tasks.make_tasks(db, task.data_seed + 3, task.n_pool, "train", taken)
             test = tasks.make_tasks(db, salt.hidden_seed(task), task.n_test, "test", taken)
@@ -343,7 +344,7 @@ def _real_splits(task: TauConfig):
     db, splits, policy = loaders.load_splits(task.source, task.path, task.env)
     schemas = tools.schemas_for(task.source, task.env)
     if "train" not in splits:
-        test, val, pool = salt.cut_records(splits["test"], task)  # test by the salt (vtb/domains/salt.py)
+        test, val, pool = salt.cut_records(splits["test"], task)  # test by the salt (vtb/salt.py)
         return test, val, pool, db, policy, schemas
     test = list(splits["test"])
     if len(test) > task.n_test:

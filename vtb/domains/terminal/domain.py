@@ -13,8 +13,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vtb import salt
 from vtb.config import SandboxConfig, TaskConfig
-from vtb.domains import common, salt
+from vtb.domains import common
 from vtb.domains.registry import register_domain
 from vtb.domains.terminal import checks, generator, images, loaders
 from vtb.domains.terminal.env import TerminalEpisode
