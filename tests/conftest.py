@@ -3,11 +3,13 @@ and scripted-harness play in bwrap sandboxes."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -31,9 +33,50 @@ def prefect_server():
     if os.environ.get("PREFECT_API_URL"):
         yield
         return
-    from prefect.testing.utilities import prefect_test_harness
+    with _temporary_prefect_server(startup_timeout=120, drain_timeout=30):
+        yield
 
-    with prefect_test_harness(server_startup_timeout=120):
+
+@contextlib.contextmanager
+def _temporary_prefect_server(startup_timeout: float, drain_timeout: float):
+    """What prefect.testing.utilities.prefect_test_harness sets up (a temporary database, a server
+    subprocess, its URL as this process's API), torn down with BOUNDED drains of the log and
+    event workers: the harness's own drain waited forever once in CI, after the last test."""
+    import prefect.context
+    import prefect.settings as ps
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+    from prefect.server.api.server import SubprocessASGIServer
+    from prefect.server.database.dependencies import temporary_database_interface
+
+    tmp = tempfile.mkdtemp(prefix="vtb-prefect-test-")
+    with contextlib.ExitStack() as stack:  # undone last-in first-out
+        stack.callback(shutil.rmtree, tmp, True)
+        stack.enter_context(temporary_database_interface())
+        db = f"sqlite+aiosqlite:///{tmp}/prefect-test.db"
+        stack.enter_context(ps.temporary_settings(updates={ps.PREFECT_SERVER_DATABASE_CONNECTION_URL: db}))
+        with socket.create_server(("127.0.0.1", 0)) as probe:
+            port = probe.getsockname()[1]
+        server = SubprocessASGIServer(port=port)
+        prior = SubprocessASGIServer._instances.get(None)
+        SubprocessASGIServer._instances[None] = server  # flows that ask for "the" server get this one
+        stack.callback(
+            lambda: (
+                SubprocessASGIServer._instances.__setitem__(None, prior)
+                if prior is not None
+                else SubprocessASGIServer._instances.pop(None, None)
+            )
+        )
+        server.start(timeout=startup_timeout)
+        stack.callback(server.stop)
+        stack.enter_context(ps.temporary_settings(updates={ps.PREFECT_API_URL: server.api_url}))
+        stack.enter_context(
+            prefect.context._temporary_global_settings_context(prefect.context.get_settings_context())
+        )
+        stack.callback(
+            EventsWorker.drain_all, timeout=drain_timeout
+        )  # first at exit: before the server stops
+        stack.callback(APILogWorker.drain_all, timeout=drain_timeout)
         yield
 
 
@@ -366,3 +409,21 @@ def pytest_collection_modifyitems(config, items) -> None:
         return
     rank = {name: i for i, name in enumerate(LONG_FILES)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file keeps its order
+
+
+_CONFIG: list = []  # this session's config: its terminal reporter writes between the progress dots
+
+
+def pytest_configure(config) -> None:
+    _CONFIG.append(config)
+
+
+def pytest_runtest_logreport(report) -> None:
+    """A failure named the moment it happens (CI's -q prints only dots until the very end, and a
+    hang after a failure would otherwise hide which test failed). Under pytest-xdist the
+    controller prints it; a worker's output is not shown."""
+    if not report.failed or os.environ.get("PYTEST_XDIST_WORKER") is not None or not _CONFIG:
+        return
+    terminal = _CONFIG[-1].pluginmanager.get_plugin("terminalreporter")
+    if terminal is not None:
+        terminal.write_line(f"[failed] {report.nodeid} ({report.when})")
