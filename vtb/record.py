@@ -562,7 +562,7 @@ def write_report(run_dir: Path, result: dict, history: list[dict], grades: dict)
     if audit and audit.get("check") == "written":
         found = f"**FLAGGED**: {md_text(audit['reason'])}" if audit["flagged"] else "not flagged"
         lines.append(
-            f"- Written check (each line a scored answer adds must be written by the model, not shown to it): "
+            f"- Written check (what a scored answer adds, a patch's lines or tau's write calls and messages, must be written by the model, not shown to it): "
             f"{audit['not_model']} of {audit['scored']} scored answers mostly not the model's writing, "
             f"{audit['checked_lines']} lines checked ({found})."
         )
