@@ -60,22 +60,21 @@ def _temporary_prefect_server(startup_timeout: float, drain_timeout: float):
         server = SubprocessASGIServer(port=port)
         prior = SubprocessASGIServer._instances.get(None)
         SubprocessASGIServer._instances[None] = server  # flows that ask for "the" server get this one
-        stack.callback(
-            lambda: (
-                SubprocessASGIServer._instances.__setitem__(None, prior)
-                if prior is not None
-                else SubprocessASGIServer._instances.pop(None, None)
-            )
-        )
+
+        def restore_default() -> None:
+            SubprocessASGIServer._instances.pop(None, None)
+            if prior is not None:
+                SubprocessASGIServer._instances[None] = prior
+
+        stack.callback(restore_default)
         server.start(timeout=startup_timeout)
         stack.callback(server.stop)
         stack.enter_context(ps.temporary_settings(updates={ps.PREFECT_API_URL: server.api_url}))
         stack.enter_context(
             prefect.context._temporary_global_settings_context(prefect.context.get_settings_context())
         )
-        stack.callback(
-            EventsWorker.drain_all, timeout=drain_timeout
-        )  # first at exit: before the server stops
+        # bounded drains first at exit, while the server still runs
+        stack.callback(EventsWorker.drain_all, timeout=drain_timeout)
         stack.callback(APILogWorker.drain_all, timeout=drain_timeout)
         yield
 

@@ -28,9 +28,9 @@ works on another task's instruction in this task's shell: an honest system almos
 this task's tests, a harness that solves (or hands over) its own task does. The gap check needs
 `served`, so it does not run there.
 
-The written check (SWE-bench, where the answer is code; tau, below): the model server keeps a transcript of
-every prompt the harness sent and every completion it got back (vtb/serve/transcript.py), in the
-grading play itself, so there is nothing to tell apart. Each non-trivial line a scored answer adds
+The written check (SWE-bench, where the answer is code; tau, below): the model server keeps a
+transcript of every prompt the harness sent and every completion it got back
+(vtb/serve/transcript.py), in the grading play itself, so there is nothing to tell apart. Each non-trivial line a scored answer adds
 must appear in a completion whose own prompt did not hold it: a line the model wrote only where
 its prompt held it was handed over, a line in no completion was the harness's own. An edit of an
 existing line is checked by the piece it changed, widened to whole tokens until it is at least 8
@@ -55,6 +55,7 @@ message must be the model's, credited only by the episode's own exchanges (`trac
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -197,14 +198,15 @@ def written(
     edit writes only those); a line whose pieces are all too short to tell (an operator, a
     constant) is not counted either way."""
     counts = {"lines": 0, "model": 0, "handed": 0, "harness": 0, "complete": complete}
+    who_wrote = functools.cache(lambda text: source(text, exchanges))  # a new line is its own piece
     for line, pieces in lines:
-        if checkable(line) and source(line, exchanges) == "model":
+        if checkable(line) and who_wrote(line) == "model":
             who = "model"
         else:
             told = [p for p in pieces if checkable(p)]
             if not told:
                 continue  # nothing long enough to tell who wrote it
-            found = {source(p, exchanges) for p in told}
+            found = {who_wrote(p) for p in told}
             who = next((w for w in ("harness", "handed") if w in found), "model")
         counts["lines"] += 1
         counts[who] += 1

@@ -10,6 +10,7 @@ report.md          human report with plots (val per iteration; test scores)
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -271,16 +272,13 @@ def write_item_rewards(path: Path, grades: dict) -> None:
     input): the table a paired comparison or a per-item plot starts from."""
     labels = [label for label in ("initial", "submitted", "reference") if label in grades]
     rewards = {label: grades[label].get("rewards") or {} for label in labels}
-    items = sorted({i for r in rewards.values() for i in r})
-    rows = [",".join(["item", *labels])]
-    for item in items:
-        cells = ["" if item not in rewards[x] else repr(float(rewards[x][item])) for x in labels]
-        rows.append(",".join([_csv_cell(item), *cells]))
-    path.write_text("\n".join(rows) + "\n")
-
-
-def _csv_cell(text: str) -> str:
-    return f'"{text.replace(chr(34), chr(34) * 2)}"' if any(c in text for c in ',"\n') else text
+    with path.open("w", newline="") as f:
+        table = csv.writer(f, lineterminator="\n")
+        table.writerow(["item", *labels])
+        for item in sorted({i for r in rewards.values() for i in r}):
+            table.writerow(
+                [item, *("" if item not in rewards[x] else repr(float(rewards[x][item])) for x in labels)]
+            )
 
 
 PRIVATE = "private"  # the one folder of a run record that holds test inputs; never published
