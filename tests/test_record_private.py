@@ -49,13 +49,20 @@ def test_an_echoing_harness_publishes_no_test_item(tmp_path, backend) -> None:
     (harness / "harness.py").write_text(ECHO)
     cfg = config(tmp_path, 1)
     fake = FakeSteps(tmp_path, PLAN[:1])
-    fake_play = fake.play
+    fake_play, fake_data = fake.play, fake.data
+    made: dict[str, Path] = {}
+
+    def data(key, task_cfg, cache):
+        # the provisioned folder, remembered (scanning the cache races the grid's snapshots)
+        out = fake_data(key, task_cfg, cache)
+        made["data"] = Path(out.data_dir)
+        return out
 
     def echoing_play(key, harness_dir, model_dir, split, **kw):
         out = fake_play(key, harness_dir, model_dir, split, **kw)
         if split != "test":
             return out
-        (data_dir,) = {p.parent.parent for p in (tmp_path / "cache").rglob("hidden/test.jsonl")}
+        data_dir = made["data"]
         episodes = get_domain("math").episodes(data_dir, "test", cfg.task)
         got = runner.play(
             sandbox,
@@ -77,10 +84,10 @@ def test_an_echoing_harness_publishes_no_test_item(tmp_path, backend) -> None:
             stderr_tail=got.stderr_tail,
         )
 
-    fake.play = echoing_play
+    fake.play, fake.data = echoing_play, data
     _, result = run(cfg, fake)
     record = Path(result["record"])
-    (data_dir,) = {p.parent.parent for p in (tmp_path / "cache").rglob("hidden/test.jsonl")}
+    data_dir = made["data"]
     items = [json.loads(line) for line in (data_dir / "hidden" / "test.jsonl").read_text().splitlines()]
     needles = [i[k].encode() for i in items for k in ("question", "answer")] + [items[0]["canary"].encode()]
     # the harness did echo (so the check below is not vacuous), and what it echoed is private
