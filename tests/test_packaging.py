@@ -1,17 +1,22 @@
-"""A wheel of the project holds everything the code reads, not only its .py files.
+"""A non-editable install (`pip install .`, a wheel) runs benches from anywhere (issue 39).
 
-setuptools packs .py files by default; the kits' harness configs and proposals, the domains'
-prompts and Hydra's conf/ folder are data. Without them a non-editable install (the docker images'
-`pip install /opt/vtb`) imports fine and fails at its first bench."""
+The wheel holds everything the code reads, not only its .py files: setuptools packs .py files by
+default; the kits' harness configs and proposals, the domains' prompts and Hydra's conf/ folder
+are data. Installed into an environment of a user's own, the package sits in site-packages, which
+every sandbox mounts as the runtime: a sandbox must still see only the sandbox's code."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import BACKENDS, TINY_OVERRIDES, sandbox_backend
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,48 +48,83 @@ def test_the_wheel_holds_every_tracked_file_the_code_reads(wheel) -> None:
     assert any(n.endswith("share/vibetraining-bench/conf/bench.yaml") for n in names)
 
 
-def test_a_non_editable_install_run_from_elsewhere_is_refused_in_one_line(tmp_path, wheel) -> None:
-    """A new user's `pip install .` into an environment of their own, then the README's command
-    from another folder: its configs are found (the wheel carries conf/), and the run is refused
-    at once, naming the fix, because every sandbox would see the whole package in site-packages."""
-    import sysconfig
-
-    env_dir = tmp_path / "env"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True, timeout=120)
-    python = env_dir / "bin" / "python"
-    site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    # the dependencies from this environment (not its editable vtb: a path line, not a site dir)
-    (Path(site) / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory, wheel) -> Path:
+    """The python of a new user's environment of their own with the wheel installed (`pip install .`,
+    not editable); its dependencies reused from this environment by a `.pth` path line (no
+    network; a path line, not a site dir, so this environment's editable vtb stays out)."""
+    env = tmp_path_factory.mktemp("non-editable") / "env"
+    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(env)], check=True, timeout=120)
+    (site,) = env.glob("lib/python*/site-packages")
+    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    python = env / "bin" / "python"
     subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", str(wheel)],
         check=True,
         capture_output=True,
         timeout=300,
     )
-    run = subprocess.run(
-        [
-            str(python),
-            "-m",
-            "flows.bench",
-            f"runs_dir={tmp_path / 'runs'}",
-            f"cache_dir={tmp_path / 'cache'}",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    return python
+
+
+VIEW = """
+import json, os, sys
+from vtb.sandbox import make_sandbox, runtime_mounts
+from vtb.sandbox.runtime import sandbox_code
+from vtb.sandbox.base import Limits
+import vtb
+pkg = os.path.dirname(vtb.__file__)
+code = '''
+import json, os, sys, torch, vtb.protocol
+pkg = %r
+seen = sorted(os.path.relpath(os.path.join(d, f), pkg) for d, _, fs in os.walk(pkg) for f in fs)
+print(json.dumps({"seen": seen, "flows": os.listdir(pkg + "/../flows"), "steps": os.listdir(pkg + "/../steps")}))
+''' % pkg
+out = make_sandbox(sys.argv[1]).run([sys.executable, "-c", code], mounts=runtime_mounts(), limits=Limits(wall_seconds=120))
+allowed = sorted(
+    os.path.relpath(os.path.join(d, f), pkg)
+    for p in sandbox_code()
+    for d, _, fs in (os.walk(p) if os.path.isdir(p) else [(os.path.dirname(p), [], [os.path.basename(p)])])
+    for f in fs
+)
+print(json.dumps({"rc": out.returncode, "stderr": out.stderr[-1000:], "inside": out.stdout, "allowed": allowed, "pkg": pkg}))
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_non_editable_install_shows_a_sandbox_only_the_kit(installed, tmp_path, backend) -> None:
+    """`pip install .` puts the whole package in site-packages, which every sandbox mounts (the
+    runtime): a sandboxed command still sees only the sandbox's code (the kits and the protocol),
+    never the generators, scorers or the orchestrator (flows/, steps/ are empty stand-ins).
+    This refused to run at all before (issue 39)."""
+    sandbox_backend(backend)
+    out = subprocess.run(
+        [str(installed), "-c", VIEW, backend], cwd=tmp_path, capture_output=True, text=True, timeout=300
     )
-    assert run.returncode == 2, run.stdout[-2000:] + run.stderr[-2000:]
-    assert "Primary config directory not found" not in run.stderr
-    lines = [line for line in run.stderr.splitlines() if line.strip()]
-    assert (
-        len(lines) == 1
-        and lines[0].startswith("refused: the vtb package at ")
-        and "pip install -e ." in lines[0]
-    )
-    assert not (tmp_path / "cache").exists()  # nothing done
+    assert out.returncode == 0, out.stderr[-2000:]
+    view = json.loads(out.stdout.strip().splitlines()[-1])
+    assert view["pkg"].startswith(str(installed.parents[1])), view[
+        "pkg"
+    ]  # the installed copy, not the checkout
+    assert view["rc"] == 0, view["stderr"]
+    inside = json.loads(view["inside"])
+    seen = [p for p in inside["seen"] if "__pycache__" not in p]
+    assert seen and set(seen) <= set(view["allowed"]), sorted(set(seen) - set(view["allowed"]))
+    assert not {"bench.py", "domains/math/generator.py", "domains/math/grading.py"} & set(inside["seen"])
+    assert inside["flows"] == [] and inside["steps"] == []
+
+
+@pytest.mark.slow
+def test_a_non_editable_install_runs_a_bench_from_another_folder(installed, tmp_path) -> None:
+    """The README's command from a non-editable install, run outside any checkout: its configs
+    come with the package, its sandboxes mount what its interpreter uses (bwrap, the default)."""
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    argv = [str(installed), "-m", "flows.bench", *TINY_OVERRIDES, "agent.max_iterations=1"]
+    argv += ["cache_dir=cache", "runs_dir=runs"]
+    out = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    (result,) = (work / "runs").glob("*/result.json")
+    data = json.loads(result.read_text())
+    assert data["submitted"]["test_score"] is not None and data["iterations"] == 1
+    assert (result.parent / "iterations" / "01.json").is_file()  # the agent's turn ran in its sandbox

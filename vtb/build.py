@@ -89,7 +89,7 @@ def reference_model_config(model: ModelConfig) -> ModelConfig:
 
 def preflight(cfg: BenchConfig) -> None:
     """Everything that can be checked before any work; a ValueError names the setting and the fix."""
-    check_runtime(cfg)  # an environment the sandboxes cannot mount (a non-editable install)
+    check_runtime(cfg)  # an environment the sandboxes cannot mount (sandbox code missing from the package)
     check_budget(cfg.budget.unit, cfg.sandbox.gpus)  # a budget that cannot be metered
     check_gpu_settings(cfg)  # GPU presets without a GPU
     agent = make_agent(cfg.agent)  # a misconfigured agent (no endpoint, CLI not installed)
@@ -138,9 +138,9 @@ def preflight_data(cfg: BenchConfig) -> None:
 
 
 def check_runtime(cfg: BenchConfig) -> None:
-    """The Python runtime and the project's code can be mounted into sandboxes as they are laid out
-    here (vtb/sandbox/runtime.py): a copy of vtb inside site-packages cannot, since every sandbox
-    would see all of it. A docker image with its own runtime mounts none of it."""
+    """The Python runtime and the project's sandbox code can be mounted into sandboxes as they are
+    laid out here (vtb/sandbox/runtime.py): editable or not, in any virtualenv. A docker image with
+    its own runtime mounts none of it."""
     if cfg.sandbox.backend == "docker" and cfg.sandbox.runtime == "image":
         return
     try:

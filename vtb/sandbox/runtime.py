@@ -118,21 +118,43 @@ def system_symlinks() -> list[tuple[str, str]]:
 
 @functools.cache
 def _runtime_paths() -> tuple[str, ...]:
+    """The host dirs every sandbox binds at their own path: the system dirs, the interpreter's
+    prefixes, and any other package dir on its import path (a `.pth` file or PYTHONPATH naming
+    another environment's site-packages: conda layers, a venv reusing another's packages)."""
     paths = list(_layout()[1])
-    for extra in (sys.base_prefix, sys.prefix):
+    for extra in (sys.base_prefix, sys.prefix, *_site_dirs()):
         resolved = os.path.realpath(extra)
         # A prefix inside an already-mounted dir (a system Python under /usr) needs no mount.
         if not any(is_inside(resolved, p) for p in paths):
             paths.append(resolved)
-    root = str(Path(vtb.__file__).resolve().parent)
-    if any(is_inside(root, p) for p in paths):
-        # A non-editable install puts the whole package (generators too) in site-packages,
-        # which the runtime mounts: refuse rather than expose it.
-        raise RuntimeError(
-            f"the vtb package at {root} lies inside a mounted runtime dir, so a sandbox would see all "
-            "of it; install the checkout editable (pip install -e .) or use the docker images"
-        )
     return tuple(paths)
+
+
+def _site_dirs() -> list[str]:
+    """The package dirs on the import path: named site-packages or dist-packages, never a
+    checkout or a working dir (only those are mounted whole; the rest of sys.path stays out)."""
+    return [
+        p
+        for p in sys.path
+        if p
+        and os.path.basename(os.path.normpath(p)) in ("site-packages", "dist-packages")
+        and os.path.isdir(p)
+    ]
+
+
+def masked_packages() -> list[str]:
+    """This project's orchestrator packages that a runtime mount would expose (a non-editable
+    install puts vtb/, flows/ and steps/ in site-packages): each gets an empty stand-in, and
+    vtb/ the skeleton beneath the `SANDBOX_CODE` binds, so a sandbox sees the same files as
+    with an editable install (the generators, the scorers and the orchestrator stay out)."""
+    package = Path(vtb.__file__).resolve().parent
+    mounted = _runtime_paths()
+    siblings = [package.parent / name for name in ("flows", "steps")]
+    return [
+        str(p)
+        for p in siblings
+        if p.is_dir() and (p / "__init__.py").exists() and any(is_inside(str(p), m) for m in mounted)
+    ]
 
 
 def _linked_prefixes() -> list[tuple[str, str]]:
@@ -171,6 +193,15 @@ def _skeleton() -> str:
 
 
 @functools.cache
+def _empty_dir() -> str:
+    """An empty read-only stand-in for a host dir that a mount would otherwise expose."""
+    root = tempfile.mkdtemp(prefix="vtb-empty-")
+    atexit.register(shutil.rmtree, root, True)
+    os.chmod(root, 0o755)
+    return root
+
+
+@functools.cache
 def etc_dir() -> str:
     """The /etc every sandbox sees: a host dir with copies of ETC_ENTRIES (links kept as links,
     never followed) and the stand-ins; made once per process, owned by the orchestrator."""
@@ -204,6 +235,7 @@ def runtime_mounts() -> list[Mount]:
         *(Mount(Path(real), link) for real, link in _linked_prefixes()),
         Mount(Path(etc_dir()), "/etc"),
         Mount(Path(_skeleton()), package),
+        *(Mount(Path(_empty_dir()), p) for p in masked_packages()),
         *(Mount(Path(p), p) for p in sandbox_code()),
     ]
 
