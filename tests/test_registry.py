@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -101,3 +102,79 @@ def test_an_outside_package_adds_an_agent_a_sandbox_and_a_domain_by_entry_point(
         AGENTS._items.pop("halve_lr", None)
         SANDBOXES._items.pop("tagged", None)
         DOMAINS._items.pop("outside_math", None)
+
+
+OUTSIDE_KINDS = {
+    "kinds_pkg/__init__.py": "",
+    "kinds_pkg/engine.py": """
+        from vtb.engine.infer import Engine
+
+        class Loud(Engine):  # an outside engine: the project's decoder, upper-casing what it writes
+            name = "loud"
+
+            def generate(self, prompts, **kw):
+                return [t.upper() for t in super().generate(prompts, **kw)]
+
+        def make(model_dir, *, options, threads, safetensors_only):
+            return Loud(model_dir, threads=threads, safetensors_only=safetensors_only)
+    """,
+    "kinds_pkg/model.py": """
+        import shutil
+        from vtb.pipeline import MODEL_KINDS, ModelKind
+
+        SOURCE = None  # set by the test: a Hugging Face model folder on disk
+
+        def copy(model, task, data_dir, dest, sandbox_cfg, echo):
+            shutil.copytree(SOURCE, dest)  # a model kind of one's own: here, a local folder
+
+        MODEL_KINDS.register("local_copy")(ModelKind(copy, deterministic=False))
+    """,
+    "kinds_pkg-0.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: kinds-pkg\nVersion: 0.1\n",
+    "kinds_pkg-0.1.dist-info/entry_points.txt": """
+        [vtb.engines]
+        loud = kinds_pkg.engine:make
+
+        [vtb.models]
+        local_copy = kinds_pkg.model
+    """,
+}
+
+
+def test_an_outside_package_adds_an_engine_and_a_model_kind_by_entry_point(
+    tmp_path, monkeypatch, toy_model_dir
+) -> None:
+    """The two other named kinds, `engine=` and `model.kind=`, come through the same registry:
+    an outside package's entry points alone add them, and the engine selection and the model
+    step then use them (issue 40: one registry idiom for all five kinds)."""
+    from vtb import pipeline
+    from vtb.config import ModelConfig, SandboxConfig
+    from vtb.engine.select import ENGINES, engine_env, open_engine
+
+    root = tmp_path / "site"
+    for rel, text in OUTSIDE_KINDS.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(textwrap.dedent(text).lstrip())
+    monkeypatch.syspath_prepend(str(root))
+    try:
+        assert "loud" in ENGINES.names() and "local_copy" in pipeline.MODEL_KINDS.names()
+        env = engine_env("loud")
+        monkeypatch.setenv("VTB_ENGINE", env["VTB_ENGINE"])
+        engine = open_engine(toy_model_dir, threads=1)
+        assert type(engine).__name__ == "Loud"
+        (text,) = engine.generate(["Q: 1 + 1 =\nA:"], max_new_tokens=4)
+        assert text == text.upper()
+
+        import kinds_pkg.model
+
+        kinds_pkg.model.SOURCE = toy_model_dir
+        model = ModelConfig(name="copied", kind="local_copy")
+        out = pipeline.model_dir(tmp_path / "cache", model, "k" * 24)
+        made = pipeline.provision_model(model, None, tmp_path, out, SandboxConfig(), echo=lambda line: None)
+        assert (Path(made.base_dir) / "config.json").is_file() and made.n_params > 0
+        with pytest.raises(ValueError, match="model.kind='no_such'.*local_copy"):
+            pipeline.model_kind("no_such")
+    finally:
+        ENGINES._items.pop("loud", None)
+        pipeline.MODEL_KINDS._items.pop("local_copy", None)
+        for name in [m for m in sys.modules if m.startswith("kinds_pkg")]:
+            del sys.modules[name]

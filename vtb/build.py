@@ -92,6 +92,7 @@ def preflight(cfg: BenchConfig) -> None:
     check_runtime(cfg)  # an environment the sandboxes cannot mount (sandbox code missing from the package)
     check_budget(cfg.budget.unit, cfg.sandbox.gpus)  # a budget that cannot be metered
     check_gpu_settings(cfg)  # GPU presets without a GPU
+    pipeline.model_kind(cfg.model.kind)  # a model kind nobody registered
     agent = make_agent(cfg.agent)  # a misconfigured agent (no endpoint, CLI not installed)
     check = getattr(agent, "preflight", None)  # an agent's own checks (agent=llm: its endpoint answers)
     if callable(check):

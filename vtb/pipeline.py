@@ -14,6 +14,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from vtb import progress, provenance, runner, safefs, salt
@@ -26,6 +27,7 @@ from vtb.engine.select import engine_env
 from vtb.hashing import hash_dir, hash_file, hash_json
 from vtb.keys import data_key
 from vtb.ledger import Charge
+from vtb.registry import Registry
 from vtb.results import DataResult, ModelResult, PlayResult, TrainResult, TurnOutcome
 from vtb.sandbox import runtime_mounts
 from vtb.sandbox.base import Limits, Mount
@@ -89,37 +91,64 @@ def provision_model(
         machine_model_dir()
         / f"{out.name}-{sandbox_cfg.backend}-{sandbox_cfg.threads}t-{int(sandbox_cfg.reproducible)}"
     )
-    if model.kind in ("tiny", "smollm2") and (kept / KEPT_MARK).is_file():
+    kind = model_kind(model.kind)
+    if kind.deterministic and (kept / KEPT_MARK).is_file():
         echo(f"the {model.name} base model made earlier on this machine: {kept}")
         safefs.copy_tree(kept, tmp)
         (tmp / KEPT_MARK).unlink(missing_ok=True)
         return _finish_model(tmp, out, None)
-    charge = None
-    if model.kind == "tiny":
-        charge = _build_tiny(model, task, data_dir, tmp, sandbox_cfg, echo)
-    elif model.kind == "smollm2":
-        from vtb.models.smollm2 import convert_to_hf
-
-        convert_to_hf(tmp)
-    elif model.kind == "hub":
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        if not model.hub_id:
-            raise ValueError(
-                "model.kind=hub needs model.hub_id=<org/name> (and a model hub or a local HF dir)"
-            )
-        from vtb.models.meta import count_params, write_model_info
-
-        AutoTokenizer.from_pretrained(model.hub_id).save_pretrained(tmp)
-        hub_model = AutoModelForCausalLM.from_pretrained(model.hub_id)
-        hub_model.save_pretrained(tmp)
-        write_model_info(tmp, kind="hub", hub_id=model.hub_id, n_params=count_params(hub_model))
-    else:
-        raise ValueError(f"model.kind={model.kind!r} is not one of tiny, smollm2, hub")
+    charge = kind.make(model, task, data_dir, tmp, sandbox_cfg, echo)
     result = _finish_model(tmp, out, charge)
-    if model.kind in ("tiny", "smollm2"):
+    if kind.deterministic:
         _keep(out, kept)
     return result
+
+
+@dataclass(frozen=True)
+class ModelKind:
+    """How a `model.kind` is provisioned: `make(model, task, data_dir, dest, sandbox_cfg, echo)`
+    writes a Hugging Face model folder to dest and returns its charge (None when it ran no
+    sandboxed step); `deterministic` ones (a function of the step's key) are kept machine-wide."""
+
+    make: Callable[..., Charge | None]
+    deterministic: bool
+
+
+# model.kind names, found like every other named kind (vtb/registry.py): the three below, or an
+# installed package's `vtb.models` entry point naming a module that registers its ModelKind
+# (`MODEL_KINDS.register("name")(ModelKind(make, deterministic=...))`)
+MODEL_KINDS: Registry[ModelKind] = Registry(
+    "model kind", "vtb.models", builtin=lambda name: None, known=("tiny", "smollm2", "hub")
+)
+
+
+def model_kind(name: str) -> ModelKind:
+    try:
+        kind = MODEL_KINDS.get(name)
+    except ValueError as e:
+        raise ValueError(f"model.kind={name!r}: {e}") from None
+    if not isinstance(kind, ModelKind):
+        raise ValueError(f"model.kind={name!r}: its entry point gives {type(kind).__name__}, not a ModelKind")
+    return kind
+
+
+def _convert_smollm2(model, task, data_dir, dest: Path, sandbox_cfg, echo) -> None:
+    from vtb.models.smollm2 import convert_to_hf
+
+    convert_to_hf(dest)
+
+
+def _fetch_hub(model: ModelConfig, task, data_dir, dest: Path, sandbox_cfg, echo) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from vtb.models.meta import count_params, write_model_info
+
+    if not model.hub_id:
+        raise ValueError("model.kind=hub needs model.hub_id=<org/name> (and a model hub or a local HF dir)")
+    AutoTokenizer.from_pretrained(model.hub_id).save_pretrained(dest)
+    hub_model = AutoModelForCausalLM.from_pretrained(model.hub_id)
+    hub_model.save_pretrained(dest)
+    write_model_info(dest, kind="hub", hub_id=model.hub_id, n_params=count_params(hub_model))
 
 
 KEPT_MARK = ".vtb-complete"  # written last: a machine-wide copy without it is partial, never used
@@ -205,6 +234,13 @@ def _build_tiny(
             )
         shutil.move(str(work / "out" / "model"), dest)
     return charge_of(result)
+
+
+MODEL_KINDS.register("tiny")(ModelKind(_build_tiny, deterministic=True))  # pre-trained here, in a sandbox
+MODEL_KINDS.register("smollm2")(
+    ModelKind(_convert_smollm2, deterministic=True)
+)  # converted from its bundled weights
+MODEL_KINDS.register("hub")(ModelKind(_fetch_hub, deterministic=False))  # fetched as released
 
 
 _BUILT: dict[str, str] = {}  # snapshot ids of the systems built in this process, by what made them
