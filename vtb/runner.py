@@ -7,6 +7,7 @@ sandbox: episodes carry inputs only, and rewards are computed here.
 
 from __future__ import annotations
 
+import inspect
 import queue
 import sys
 import tempfile
@@ -22,7 +23,7 @@ from vtb import safefs
 from vtb.config import SandboxConfig
 from vtb.ledger import Charge
 from vtb.protocol import parse_action_line, send
-from vtb.sandbox import make_sandbox, runtime_mounts
+from vtb.sandbox import SANDBOXES, runtime_mounts
 from vtb.sandbox.base import Limits, Mount, Sandbox, SandboxResult
 from vtb.sandbox.output import MAX_LINE_BYTES, StreamStats, bounded_lines
 
@@ -487,14 +488,15 @@ def run_command(sandbox: Sandbox, command: str, mounts: list[Mount], limits: Lim
 
 
 def sandbox_for(cfg: SandboxConfig) -> Sandbox:
-    """The sandbox backend a run's config names, with its threads, GPUs and docker image."""
-    if cfg.backend == "docker":
-        return make_sandbox(
-            "docker",
-            threads=cfg.threads,
-            image=cfg.image,
-            gpus=cfg.gpus,
-            runtime=cfg.runtime,
-            reproducible=cfg.reproducible,
-        )
-    return make_sandbox(cfg.backend, threads=cfg.threads, gpus=cfg.gpus, reproducible=cfg.reproducible)
+    """The sandbox backend a run's config names, given the `sandbox.*` settings its constructor
+    takes (every backend: threads, gpus, reproducible; docker also image and runtime)."""
+    factory = SANDBOXES.get(cfg.backend)
+    settings = dict(
+        threads=cfg.threads,
+        gpus=cfg.gpus,
+        reproducible=cfg.reproducible,
+        image=cfg.image,
+        runtime=cfg.runtime,
+    )
+    takes = inspect.signature(factory).parameters
+    return factory(**{k: v for k, v in settings.items() if k in takes})
