@@ -44,7 +44,8 @@ FORBIDDEN = [
     "vtb.domains.tau.env",
     "vtb.domains.tau.user",
     "vtb.domains.tau.db",
-    "vtb.domains.tau.tasks",
+    "vtb.domains.tau.generator",
+    "vtb.domains.tau.grading",
     "vtb.domains.tau.tools",
     "vtb.domains.tau.expert",
     "vtb.domains.tau.demos",
@@ -233,9 +234,9 @@ def _public_seed_test(name: str, task: TaskConfig) -> list[str]:
 
         return [p["question"] for p in generator.generate_problems(task.data_seed, task.n_test)]
     if name == "tau":
-        from vtb.domains.tau import db, tasks
+        from vtb.domains.tau import db, generator
 
-        made = tasks.make_tasks(
+        made = generator.make_tasks(
             db.make_db(task.data_seed, task.n_users), task.data_seed + 1, task.n_test, "test"
         )
         return [t["instruction"] for t in made]

@@ -23,8 +23,8 @@ from vtb.domains.tau import expert
 from vtb.domains.tau.db import make_db
 from vtb.domains.tau.domain import TauConfig, TauDomain
 from vtb.domains.tau.env import MAX_STEPS, TauEpisode
+from vtb.domains.tau.generator import TEMPLATES, make_tasks, replay
 from vtb.domains.tau.kit import prompting
-from vtb.domains.tau.tasks import TEMPLATES, make_tasks, replay
 from vtb.domains.tau.tools import WRITE_TOOLS, hash_db
 from vtb.domains.tau.user import STOP, ScriptedUser
 

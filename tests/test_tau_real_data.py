@@ -17,10 +17,10 @@ import pytest
 from tests.chat_server import ChatServer, text
 from vtb.config import SandboxConfig, TrainerConfig
 from vtb.domains.kit.jsonl import read_jsonl, write_jsonl
-from vtb.domains.tau import loaders, tasks, tools
+from vtb.domains.tau import generator, loaders, tools
 from vtb.domains.tau.domain import TauConfig, TauDomain
 from vtb.domains.tau.env import NOT_JUDGED, TauEpisode
-from vtb.domains.tau.judge import Judge
+from vtb.domains.tau.grading import Judge
 from vtb.domains.tau.user import ScriptedUser
 from vtb.preflight import Systems
 
@@ -229,7 +229,7 @@ def tau2_tasks():
 
 
 def _episode(task: dict, db: dict, actions: list[dict], judge=None) -> TauEpisode:
-    episode = TauEpisode(task, 0, db, tools.hash_db(tasks.replay(db, task["actions"])), ScriptedUser(), "")
+    episode = TauEpisode(task, 0, db, tools.hash_db(generator.replay(db, task["actions"])), ScriptedUser(), "")
     episode.judge = judge
     for action in actions:
         episode.step({"type": "tool_call", "name": action["name"], "arguments": action["kwargs"]})

@@ -25,7 +25,7 @@ from pathlib import Path
 from vtb.chat import ChatClient, ChatError
 from vtb.domains.kit.jsonl import read_jsonl
 from vtb.domains.tau import demos as demotools
-from vtb.domains.tau import tasks, tools
+from vtb.domains.tau import generator, tools
 from vtb.domains.tau.env import TauEpisode
 from vtb.domains.tau.user import ScriptedUser
 from vtb.preflight import SPLITS, Problem, Systems, sample, some
@@ -82,7 +82,7 @@ def _gold_failures(items: list[dict], db: dict, split: str) -> list[Problem]:
     out = []
     for item in items:
         try:
-            tasks.replay(db, item["actions"])
+            generator.replay(db, item["actions"])
         except ValueError as err:
             out.append(
                 Problem(
@@ -106,7 +106,7 @@ def _gold_and_empty(item: dict, db: dict, split: str, note: bool) -> list[Proble
                 "check the task's actions and outputs (communicate_info) against its database",
             )
         )
-    gold = tasks.replay(db, item["actions"])
+    gold = generator.replay(db, item["actions"])
     asks = tools.hash_db(gold) != tools.hash_db(db) or item.get("outputs") or _asks_actions(item)
     empty = _empty_episode(item, db, gold) if asks else None
     if empty is None or empty.reward() == 0.0:

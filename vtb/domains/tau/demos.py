@@ -15,7 +15,7 @@ import random
 from pathlib import Path
 
 from vtb.domains.kit.jsonl import write_jsonl
-from vtb.domains.tau import expert, tasks, tools
+from vtb.domains.tau import expert, generator, tools
 from vtb.domains.tau.env import TauEpisode
 from vtb.domains.tau.kit import prompting
 from vtb.domains.tau.kit.datatools import sft_rows  # noqa: F401  (re-exported)
@@ -28,7 +28,7 @@ BANK_TRIALS = 3
 
 def play_demo(task: dict, db: dict, trial: int, flaw: str | None = None, seed: int = 0) -> dict:
     """The expert's conversation on a fresh copy of db, with its reward."""
-    gold = tools.hash_db(tasks.replay(db, task["actions"]))
+    gold = tools.hash_db(generator.replay(db, task["actions"]))
     episode = TauEpisode(task, trial, db, gold, ScriptedUser(), policy="")
     agent = expert.Expert(task, flaw, seed)
     while episode.step(agent.act(episode.messages)):
@@ -57,7 +57,7 @@ def make_demos(pool: list[dict], db: dict, n: int, seed: int, flawed: float = 0.
 
 def score(demo: dict, task: dict, db: dict) -> float:
     """Replay a demonstration's tool calls on a fresh database and apply the tau-bench reward."""
-    gold = tools.hash_db(tasks.replay(db, task["actions"]))
+    gold = tools.hash_db(generator.replay(db, task["actions"]))
     episode = TauEpisode(task, demo.get("trial", 0), db, gold, ScriptedUser(), policy="")
     episode.messages = list(demo["messages"])
     episode.finished = "###STOP###" in (demo["messages"][-1].get("content") or "")

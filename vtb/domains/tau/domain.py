@@ -22,7 +22,7 @@ from vtb.domains.kit.jsonl import read_jsonl, write_jsonl
 from vtb.domains.registry import register_domain
 from vtb.domains.tau import db as dbgen
 from vtb.domains.tau import demos as demotools
-from vtb.domains.tau import tasks, tools, user
+from vtb.domains.tau import generator, tools, user
 from vtb.domains.tau.env import TauEpisode
 from vtb.domains.tau.kit import datatools, prompting
 from vtb.domains.tau.kit.schemas import WRITE_TOOLS
@@ -96,9 +96,9 @@ class TauDomain:
             taken: set = set()
             # pool and val from the public seed first, then the test tasks from the salted seed
             # (vtb/salt.py), skipping every task they hold
-            val = tasks.make_tasks(db, task.data_seed + 2, task.n_val, "val", taken)
-            pool = tasks.make_tasks(db, task.data_seed + 3, task.n_pool, "train", taken)
-            test = tasks.make_tasks(db, salt.hidden_seed(task), task.n_test, "test", taken)
+            val = generator.make_tasks(db, task.data_seed + 2, task.n_val, "val", taken)
+            pool = generator.make_tasks(db, task.data_seed + 3, task.n_pool, "train", taken)
+            test = generator.make_tasks(db, salt.hidden_seed(task), task.n_test, "test", taken)
             policy, schemas = POLICY, tools.TOOL_SCHEMAS
         else:
             test, val, pool, db, policy, schemas = _real_splits(task)
@@ -207,7 +207,7 @@ class TauDomain:
         judge = make_judge(task)
         out = []
         for t in self.split(data_dir, split):
-            gold = tools.hash_db(tasks.replay(db, t["actions"]))
+            gold = tools.hash_db(generator.replay(db, t["actions"]))
             for trial in range(trials):
                 episode = TauEpisode(
                     t, trial, db, gold, make_user(task), policy, task.max_steps_per_episode, schemas
@@ -287,7 +287,7 @@ def make_judge(task: TauConfig):
     """The NL-assertion judge of tau2 tasks (task.judge_base_url), or None: those are then not judged."""
     if not task.judge_base_url:
         return None
-    from vtb.domains.tau.judge import Judge
+    from vtb.domains.tau.grading import Judge
 
     if not task.judge_model:
         raise ValueError("task.judge_base_url needs task.judge_model=<name> too")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 
 from vtb.domains import common
+from vtb.domains.tau import grading
 from vtb.domains.tau.tools import TOOL_SCHEMAS, call_tool, hash_db
 from vtb.domains.tau.user import STOP
 from vtb.runner import protocol_message
@@ -44,7 +45,7 @@ class TauEpisode:
         self.task, self.trial, self.gold_hash, self.user = task, trial, gold_hash, user
         self.policy, self.max_steps = policy, max_steps
         self.tools = TOOL_SCHEMAS if tools is None else tools
-        self.judge = None  # tau2's NL-assertion judge (vtb/domains/tau/judge.py), when configured
+        self.judge = None  # tau2's NL-assertion judge (vtb/domains/tau/grading.py), when configured
         self._components: tuple[int, dict] | None = None  # (messages seen, components) cache
         self.db = json.loads(json.dumps(db))  # a deep copy, several times faster than copy.deepcopy
         self.steps = 0
@@ -163,30 +164,10 @@ class TauEpisode:
         return hash_db(self.db) == self.gold_hash
 
     def _said(self, outputs: list[str]) -> bool:
-        said = [t.lower().replace(",", "") for t in self.agent_texts()]
-        return all(any(o.lower().replace(",", "") in text for text in said) for o in outputs)
+        return grading.said(outputs, self.agent_texts())
 
     def _gold_actions_made(self) -> bool:
-        calls = []
-        for m in self.messages:
-            for call in m.get("tool_calls") or []:
-                try:
-                    arguments = json.loads(call["function"]["arguments"])
-                except (json.JSONDecodeError, TypeError):
-                    continue
-                calls.append((call["function"]["name"], arguments))
-
-        def made(gold: dict) -> bool:
-            keys = gold.get("compare_args")
-            for name, arguments in calls:
-                if name != gold["name"] or not isinstance(arguments, dict):
-                    continue
-                keys_now = arguments.keys() if keys is None else keys
-                if {k: arguments.get(k) for k in keys_now} == {k: gold["kwargs"].get(k) for k in keys_now}:
-                    return True
-            return False
-
-        return all(made(gold) for gold in self.task["actions"])
+        return grading.gold_actions_made(self.task["actions"], self.messages)
 
     def _nl_assertions(self) -> float | str:
         assertions = self.task.get("nl_assertions") or []

@@ -1,4 +1,7 @@
-"""The judge of tau2's natural-language assertions, over any OpenAI-compatible chat endpoint.
+"""Grading a tau episode's conversation: the outputs it said, the gold actions it made (tau2's
+COMMUNICATE and ACTION), and the judge of tau2's natural-language assertions over any
+OpenAI-compatible chat endpoint. The database check and the reward's rule are the episode's
+(vtb/domains/tau/env.py), which calls these.
 
 tau2 tasks may put NL_ASSERTION in their reward basis: statements about the conversation ("Agent
 should not approve the cancellation") that only a reader can check. The judge reads the transcript
@@ -23,6 +26,37 @@ Chat:
 
 Statements:
 {statements}"""
+
+
+def said(outputs: list[str], agent_texts: list[str]) -> bool:
+    """Every expected output appears in some agent message (case-insensitive, commas removed), as tau-bench."""
+    texts = [t.lower().replace(",", "") for t in agent_texts]
+    return all(any(o.lower().replace(",", "") in text for text in texts) for o in outputs)
+
+
+def gold_actions_made(gold_actions: list[dict], messages: list[dict]) -> bool:
+    """Every gold action was called by the agent with the same arguments (those of its
+    `compare_args` when given), in any order, as tau2's ACTION component."""
+    calls = []
+    for m in messages:
+        for call in m.get("tool_calls") or []:
+            try:
+                arguments = json.loads(call["function"]["arguments"])
+            except (json.JSONDecodeError, TypeError):
+                continue
+            calls.append((call["function"]["name"], arguments))
+
+    def made(gold: dict) -> bool:
+        keys = gold.get("compare_args")
+        for name, arguments in calls:
+            if name != gold["name"] or not isinstance(arguments, dict):
+                continue
+            keys_now = arguments.keys() if keys is None else keys
+            if {k: arguments.get(k) for k in keys_now} == {k: gold["kwargs"].get(k) for k in keys_now}:
+                return True
+        return False
+
+    return all(made(gold) for gold in gold_actions)
 
 
 class JudgeError(RuntimeError):
