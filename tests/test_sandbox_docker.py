@@ -31,9 +31,40 @@ def test_no_engine_is_a_clear_error(monkeypatch) -> None:
 
 def test_owner_identity() -> None:
     assert owner_alive(_owner())
-    boot, pid, started = _owner().split(":")
-    assert not owner_alive(f"{boot}:{pid}:{int(started) + 1}")  # same pid, another process
-    assert not owner_alive("other-boot:1:1") and not owner_alive("")
+    ident, namespace = _owner().split("@")
+    boot, pid, started = ident.split(":")
+    assert not owner_alive(f"{boot}:{pid}:{int(started) + 1}@{namespace}")  # same pid, another process
+    assert not owner_alive(f"other-boot:1:1@{namespace}") and not owner_alive("")
+    assert not owner_alive(f"{boot}:{pid}:{int(started) + 1}")  # a label of before the namespace
+    # An owner in another pid namespace (an orchestrator in a container, which cannot see the
+    # host's processes, or the host seen from one): not judged from here, never removed.
+    assert owner_alive(f"{boot}:1:1@pid:[1]")
+
+
+@pytest.mark.docker
+def test_an_orchestrator_in_a_container_leaves_the_hosts_containers_alone(tmp_path) -> None:
+    """A DockerSandbox made in another pid namespace (here: bwrap's, as in the orchestrator image
+    of the docker work pool) cleans up stale containers on the same engine: a running container
+    of this live process must survive it. It was removed mid-step (issue 39's work pool, CI)."""
+    import os
+    import subprocess
+    import sys
+
+    sandbox = sandbox_backend("docker")
+    proc = sandbox.start(["/bin/sleep", "60"], mounts=runtime_mounts(), limits=Limits(wall_seconds=120))
+    try:
+        other = subprocess.run(
+            ["bwrap", "--dev-bind", "/", "/", "--unshare-pid", "--proc", "/proc", sys.executable, "-c",
+             "import os; from vtb.sandbox.docker import DockerSandbox; DockerSandbox(); print(os.readlink('/proc/self/ns/pid'))"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert other.returncode == 0, other.stderr[-2000:]
+        assert other.stdout.strip() != os.readlink("/proc/self/ns/pid")  # it ran in another namespace
+        mine = {"label": [LABEL, f"vtb.owner={_owner()}"]}
+        assert len(sandbox.api.containers(filters=mine)) == 1  # still running
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 @pytest.mark.docker

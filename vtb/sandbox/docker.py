@@ -72,13 +72,21 @@ def cpu_shares() -> int | None:
 
 
 def _owner() -> str:
-    """This process as '<boot id>:<pid>:<start time>': a pid reused after a reboot or exit differs."""
-    return f"{_boot_id()}:{os.getpid()}:{_start_time(os.getpid())}"
+    """This process as '<boot id>:<pid>:<start time>@<pid namespace>': a pid reused after a reboot
+    or exit differs, and so does the same pid seen from another namespace."""
+    return f"{_boot_id()}:{os.getpid()}:{_start_time(os.getpid())}@{_pid_namespace()}"
 
 
 def _boot_id() -> str:
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "?"
+
+
+def _pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")  # e.g. pid:[4026531836]
     except OSError:
         return "?"
 
@@ -91,7 +99,16 @@ def _start_time(pid: int) -> str:
 
 
 def owner_alive(owner: str) -> bool:
-    boot, _, rest = owner.partition(":")
+    """Whether the process that owns a container may still run it.
+
+    Only a process of this pid namespace can be looked up here: an orchestrator running in a
+    container (the docker work pool's image) sees none of the host's processes, and took every
+    host bench's containers for stale ones and removed them mid-step (a training killed with
+    137). An owner in another namespace counts as alive: its containers are its own to remove."""
+    ident, _, namespace = owner.partition("@")
+    if namespace and namespace != _pid_namespace():
+        return True
+    boot, _, rest = ident.partition(":")
     pid, _, started = rest.partition(":")
     return boot == _boot_id() and pid.isdigit() and _start_time(int(pid)) == started != ""
 
