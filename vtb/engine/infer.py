@@ -91,6 +91,7 @@ class Engine:
         params = inspect.signature(self.model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
         self._decoder = self.tokenizer.backend_tokenizer
+        self._marks: dict[tuple[str, ...], tuple[int, frozenset[int]]] = {}  # see _stop_marks
         self.spaced = decodes_spaced(self.tokenizer)
 
     @property
@@ -249,8 +250,10 @@ class Engine:
             next_pos = next_pos + 1
 
     def _update_texts(self, seqs: list[_Seq], stop: list[str]) -> None:
-        """Decode the running continuations; end (and cut) those that now contain a stop string."""
-        need = [s for s in seqs if stop or s.done]
+        """Decode the running continuations that may now hold a stop string, and the finished
+        ones; end (and cut) those that now contain a stop string."""
+        marks = self._stop_marks(tuple(stop))
+        need = [s for s in seqs if s.done or (stop and (marks is None or _may_stop(s, marks)))]
         if not need:
             return
         texts = self._decoder.decode_batch([s.tokens for s in need], skip_special_tokens=True)
@@ -259,6 +262,28 @@ class Engine:
             seq.done = seq.done or hit
             if hit:
                 seq.finish = "stop"
+
+    def _stop_marks(self, stop: tuple[str, ...]) -> tuple[int, frozenset[int]] | None:
+        """For stop strings of one ASCII character each (a harness's `=`): (vocabulary size, the
+        ids whose own text holds one of them). Such a character is whole in one token, so a
+        continuation can only come to hold it at the step that token is added, and decoding
+        (a sixth of a sampled play's time) is skipped at the other steps: the same texts, cut at
+        the same step. None for other stop strings: decode every step."""
+        if not stop or not all(len(s) == 1 and s.isascii() for s in stop):
+            return None
+        if stop not in self._marks:
+            size = self._decoder.get_vocab_size(with_added_tokens=True)
+            pieces = self._decoder.decode_batch([[i] for i in range(size)], skip_special_tokens=True)
+            ids = frozenset(i for i, piece in enumerate(pieces) if any(s in piece for s in stop))
+            self._marks[stop] = (size, ids)
+        return self._marks[stop]
+
+
+def _may_stop(seq: _Seq, marks: tuple[int, frozenset[int]]) -> bool:
+    """Whether the token just added can have put a stop string in the text (see `_stop_marks`)."""
+    limit, ids = marks
+    token = seq.tokens[-1]
+    return token >= limit or token in ids
 
 
 def _keep_logprobs(logits: torch.Tensor, picked: list[int], seqs: list[_Seq], top: int) -> None:
