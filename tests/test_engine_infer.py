@@ -64,6 +64,24 @@ def test_stop_strings(no_eos):
     assert all(t.endswith("<<") or t.endswith(">>") for t, f in zip(two, full, strict=True) if "<<" in f)
 
 
+def test_one_character_stops_cut_where_decoding_every_step_cuts(engine, monkeypatch):
+    """With one-character stops the engine decodes a continuation only at the step a token whose
+    own text holds one arrives (`_stop_marks`): the same texts, finish reasons and token counts
+    as decoding every step, greedy and sampled."""
+    batch = prompts(24)
+    for temperature in (0.0, 0.9):
+        for stop in (["="], ["=", ">"]):
+            kw = dict(max_new_tokens=24, temperature=temperature, seed=5, stop=stop)
+            fast = engine.complete(batch, **kw)
+            with monkeypatch.context() as m:
+                m.setattr(engine, "_stop_marks", lambda stop: None)  # decode at every step
+                slow = engine.complete(batch, **kw)
+            assert [c.finish_reason for c in fast].count("stop") >= 6, (temperature, stop)
+            assert [(c.text, c.finish_reason, c.completion_tokens) for c in fast] == [
+                (c.text, c.finish_reason, c.completion_tokens) for c in slow
+            ], (temperature, stop)
+
+
 def test_flops_are_two_params_per_token(no_eos):
     batch = prompts(5)
     prompt_tokens = sum(len(ids) for ids in no_eos.tokenizer(batch).input_ids)

@@ -229,7 +229,9 @@ def tau2_tasks():
 
 
 def _episode(task: dict, db: dict, actions: list[dict], judge=None) -> TauEpisode:
-    episode = TauEpisode(task, 0, db, tools.hash_db(generator.replay(db, task["actions"])), ScriptedUser(), "")
+    episode = TauEpisode(
+        task, 0, db, tools.hash_db(generator.replay(db, task["actions"])), ScriptedUser(), ""
+    )
     episode.judge = judge
     for action in actions:
         episode.step({"type": "tool_call", "name": action["name"], "arguments": action["kwargs"]})
