@@ -236,11 +236,10 @@ def _build_tiny(
     return charge_of(result)
 
 
-MODEL_KINDS.register("tiny")(ModelKind(_build_tiny, deterministic=True))  # pre-trained here, in a sandbox
-MODEL_KINDS.register("smollm2")(
-    ModelKind(_convert_smollm2, deterministic=True)
-)  # converted from its bundled weights
-MODEL_KINDS.register("hub")(ModelKind(_fetch_hub, deterministic=False))  # fetched as released
+# tiny: pre-trained here, in a sandbox; smollm2: converted from its bundled weights; hub: fetched as released
+MODEL_KINDS.register("tiny")(ModelKind(_build_tiny, deterministic=True))
+MODEL_KINDS.register("smollm2")(ModelKind(_convert_smollm2, deterministic=True))
+MODEL_KINDS.register("hub")(ModelKind(_fetch_hub, deterministic=False))
 
 
 _BUILT: dict[str, str] = {}  # snapshot ids of the systems built in this process, by what made them

@@ -499,4 +499,6 @@ def sandbox_for(cfg: SandboxConfig) -> Sandbox:
         runtime=cfg.runtime,
     )
     takes = inspect.signature(factory).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in takes.values()):
+        return factory(**settings)  # a backend taking **kwargs gets them all
     return factory(**{k: v for k, v in settings.items() if k in takes})

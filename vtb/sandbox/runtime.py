@@ -142,7 +142,8 @@ def _site_dirs() -> list[str]:
     ]
 
 
-def masked_packages() -> list[str]:
+@functools.cache
+def masked_packages() -> tuple[str, ...]:
     """This project's orchestrator packages that a runtime mount would expose (a non-editable
     install puts vtb/, flows/ and steps/ in site-packages): each gets an empty stand-in, and
     vtb/ the skeleton beneath the `SANDBOX_CODE` binds, so a sandbox sees the same files as
@@ -150,11 +151,11 @@ def masked_packages() -> list[str]:
     package = Path(vtb.__file__).resolve().parent
     mounted = _runtime_paths()
     siblings = [package.parent / name for name in ("flows", "steps")]
-    return [
+    return tuple(
         str(p)
         for p in siblings
         if p.is_dir() and (p / "__init__.py").exists() and any(is_inside(str(p), m) for m in mounted)
-    ]
+    )
 
 
 def _linked_prefixes() -> list[tuple[str, str]]:
