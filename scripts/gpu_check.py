@@ -190,6 +190,7 @@ def step_play(c: Check) -> dict:
     from vtb import pipeline
     from vtb.compose import task_config
     from vtb.config import BenchConfig
+    from vtb.step_requests import DataRequest
 
     checkpoint = c.state.get("sft_checkpoint")
     if checkpoint is None or not Path(checkpoint).is_dir():
@@ -197,7 +198,7 @@ def step_play(c: Check) -> dict:
     task = task_config("math", n_pool=100, n_val=40, n_test=10)
     cache = c.out / "work" / "play"
     cache.mkdir(parents=True, exist_ok=True)
-    data_dir = Path(pipeline.provision_data(task, cache).data_dir)
+    data_dir = Path(pipeline.provision_data(DataRequest(task, cache)).data_dir)
     store = cache / "snapshots"
     store.mkdir(exist_ok=True)
     sid = pipeline.build_system("initial", BenchConfig(task=task), data_dir, store)

@@ -134,6 +134,7 @@ def main() -> int:
     from vtb.engine.select import VLLM_ENV, engine_env
     from vtb.sandbox.base import Limits
     from vtb.service import ModelService, engine_cache_for
+    from vtb.step_requests import DataRequest, ModelRequest
 
     os.environ.update(VLLM_ENV)  # the throughput engine runs vLLM in this process: logs to stderr
 
@@ -160,10 +161,10 @@ def main() -> int:
     )
     cache = args.out / "cache"
     cache.mkdir(exist_ok=True)
-    data = pipeline.provision_data(task, cache)
+    data = pipeline.provision_data(DataRequest(task, cache))
     data_dir = Path(data.data_dir)
     cpu_sandbox = replace(sandbox_cfg, gpus=None)
-    model = pipeline.provision_model(cfg.model, task, data_dir, cache / "base", cpu_sandbox, lambda s: None)
+    model = pipeline.provision_model(ModelRequest(cfg.model, task, data_dir, data.hashes, cache, cpu_sandbox))
     base = Path(model.base_dir)
     say(f"data {data.counts}, tiny base model {model.n_params} params")
 

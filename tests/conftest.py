@@ -322,6 +322,42 @@ def copier_model_dir(tmp_path_factory):
     return _toy_model(tmp_path_factory, "copier", steps=300, n_texts=2000)
 
 
+def play_split(
+    harness,
+    model,
+    split: str,
+    data_dir,
+    task,
+    sandbox,
+    max_flops=None,
+    cpu_seconds=None,
+    gpu_seconds=None,
+    **fields,
+):
+    """`pipeline.play` outside a bench (its request's key hashes left blank: nothing is cached).
+
+    `fields` are PlayRequest's others: mode ("audit"), flops_per_episode, shard, engine."""
+    from vtb import pipeline
+    from vtb.ledger import StepLimits
+    from vtb.step_requests import PlayRequest
+
+    limits = StepLimits(max_flops, cpu_seconds, gpu_seconds)
+    request = PlayRequest(
+        harness_dir=harness,
+        harness_hash="",
+        model_dir=model,
+        weights_key=None,
+        split=split,
+        split_hash="",
+        data_dir=data_dir,
+        task=task,
+        sandbox=sandbox,
+        limits=limits,
+        **fields,
+    )
+    return pipeline.play(request)
+
+
 def bare_research_env(tmp_path, backend: str, trainer: dict | None = None, limits: tuple = (60, 60)):
     """(SandboxResearchEnv, workspace) on a bare workspace: trainer/config.json (`trainer`, default
     {}), a one-line harness and its config, empty /data and /base; limits = (wall s, CPU s)."""

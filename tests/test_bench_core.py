@@ -32,6 +32,11 @@ class Killed(Exception):
     """A kill between two steps (the process dies; what finished is in the cache)."""
 
 
+def fields_of(request) -> dict:
+    """A step request's fields by name: the fakes take the ones they use as keywords."""
+    return {f.name: getattr(request, f.name) for f in dataclasses.fields(request)}
+
+
 class FakeSteps:
     """The five steps as fakes over one shared cache; `plan` is what the agent does each turn:
     {"score": val score of the new system, "fail": its training fails, "reject": a reason,
@@ -51,7 +56,8 @@ class FakeSteps:
         )
 
     def _cached(self, name, fn):
-        def call(key: str, run_name: str, **params):
+        def call(run_name: str, request):
+            key = request.key()
             self.calls += 1
             self.names.append(run_name)
             if self.kill_at is not None and self.calls == self.kill_at:
@@ -59,15 +65,16 @@ class FakeSteps:
             if key in self.cache:
                 return self.cache[key], True
             self.runs.append(f"{name}:{key[:8]}")
-            self.cache[key] = fn(key, **params)
+            self.cache[key] = fn(key, **fields_of(request))
             return self.cache[key], False
 
         return call
 
-    def data(self, key, task_cfg, cache) -> DataResult:
+    def data(self, key, task, cache) -> DataResult:
         from vtb import pipeline
+        from vtb.step_requests import DataRequest
 
-        return pipeline.provision_data(task_cfg, Path(cache))  # the real one: the initial system reads it
+        return pipeline.provision_data(DataRequest(task, cache))  # the real one: the initial system reads it
 
     def model(self, key, **_) -> ModelResult:
         return ModelResult(base_dir=str(self.root / "base"), n_params=1, hash="base-model")
@@ -90,20 +97,20 @@ class FakeSteps:
 
     def turn(self, key, feedback, before, store, workspace, **_) -> TurnOutcome:
         store, ws = Path(store), Path(workspace)
-        step = self.plan[feedback["iteration"] - 1]
+        step = self.plan[feedback.iteration - 1]
         restore(store, before, ws)
         if not step.get("harness_only"):
             (ws / "trainer" / "config.json").write_text(
                 json.dumps({"fail": step.get("fail", False), "it": key})
             )
         (ws / "harness" / "harness.py").write_text(
-            f"SCORE = {step.get('score', 0.0)}\n# turn {feedback['iteration']}\n"
+            f"SCORE = {step.get('score', 0.0)}\n# turn {feedback.iteration}\n"
         )
         after = before if step.get("reject") else snapshot(ws, store)
         return TurnOutcome(
             after=after,
             done=step.get("done", False),
-            notes=f"turn {feedback['iteration']}",
+            notes=f"turn {feedback.iteration}",
             charge=Charge(agent_tokens=TURN_TOKENS),
             edits=changed_files(store, before, after),
             rejected=step.get("reject"),
@@ -214,7 +221,7 @@ def test_a_rejected_turn_is_an_iteration_the_agent_sees_and_the_run_goes_on(tmp_
     bench, result = run(config(tmp_path, 3), fake)
     assert [c.val_score for c in bench.history] == [0.01, None, 0.3]
     assert bench.history[1].rejected == reason and bench.history[1].train is None
-    assert len(seen) == 2 and seen[1]["history"][1]["rejected"] == reason
+    assert len(seen) == 2 and seen[1].history[1]["rejected"] == reason
     assert json.loads((Path(result["record"]) / "iterations" / "01.json").read_text())["rejected"] == reason
 
 
@@ -267,7 +274,7 @@ def test_an_agent_whose_endpoint_fails_ends_the_run_errored(tmp_path) -> None:
 
     def turn(key, feedback, **params) -> TurnOutcome:
         out = plain(key, feedback, **params)
-        if feedback["iteration"] == 2:
+        if feedback.iteration == 2:
             out.error = "llm: the endpoint failed: HTTP 503 Service Unavailable"
         return out
 
@@ -431,7 +438,7 @@ def _edit_turn(plan: list[dict]):
 
     def turn(key, feedback, before, store, workspace, **_) -> TurnOutcome:
         store, ws = Path(store), Path(workspace)
-        step = plan[feedback["iteration"] - 1]
+        step = plan[feedback.iteration - 1]
         restore(store, before, ws)
         if "data" in step:
             (ws / "data" / "extra.jsonl").write_text(step["data"])

@@ -108,6 +108,7 @@ def test_instruct_reference_presets_provision_from_the_hub_or_a_local_dir(tmp_pa
     from vtb.build import reference_model_config
     from vtb.config import SandboxConfig, TaskConfig
     from vtb.models.toy import build_toy_model
+    from vtb.step_requests import ModelRequest
 
     cfg = to_config(_compose("model=qwen3_1p7b"))
     ref = reference_model_config(cfg.model)
@@ -127,16 +128,13 @@ def test_instruct_reference_presets_provision_from_the_hub_or_a_local_dir(tmp_pa
     tiny = to_config(_compose("model=tiny")).model
     tiny.reference_hub_id = str(local)
     out = pipeline.provision_model(
-        reference_model_config(tiny),
-        TaskConfig(),
-        tmp_path,
-        tmp_path / "ref",
-        SandboxConfig(),
-        lambda s: None,
+        ModelRequest(
+            reference_model_config(tiny), TaskConfig(), tmp_path, {}, tmp_path / "ref", SandboxConfig()
+        )
     )
     from transformers import AutoModelForCausalLM
 
     from vtb.models.meta import count_params, read_model_info
 
-    assert read_model_info(tmp_path / "ref")["hub_id"] == str(local)
+    assert read_model_info(Path(out.base_dir))["hub_id"] == str(local)
     assert out.n_params == count_params(AutoModelForCausalLM.from_pretrained(local))

@@ -19,6 +19,7 @@ from vtb import contamination, pipeline, salt
 from vtb.compose import compose_config
 from vtb.domains.registry import get_domain
 from vtb.sandbox.runtime import SANDBOX_CODE, sandbox_code
+from vtb.step_requests import DataRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def math_data(tmp_path_factory):
     """A provisioned embedded math data dir (canaries planted) and its task config."""
     cfg = compose_config(["task=math"])
-    data = pipeline.provision_data(cfg.task, tmp_path_factory.mktemp("data"))
+    data = pipeline.provision_data(DataRequest(cfg.task, tmp_path_factory.mktemp("data")))
     return cfg, Path(data.data_dir)
 
 

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from vtb import keys, pipeline
 from vtb.domains.math.domain import MathConfig, MathDomain
+from vtb.step_requests import DataRequest, ModelRequest
 
 
 def test_a_generator_change_serves_new_splits_not_the_cached_ones(tmp_path, monkeypatch) -> None:
     """Before the fix the folder was named by the task config alone: once DONE it was reused, so
     a changed generator (a new step cache key) still got the old splits."""
     task = MathConfig(name="math", n_pool=60, n_val=10, n_test=10, initial_data_size=20)
-    first = pipeline.provision_data(task, tmp_path)
-    assert pipeline.provision_data(task, tmp_path) == first  # unchanged code: served from the folder
+    first = pipeline.provision_data(DataRequest(task, tmp_path))
+    assert (
+        pipeline.provision_data(DataRequest(task, tmp_path)) == first
+    )  # unchanged code: served from the folder
 
     original = MathDomain.provision
 
@@ -24,7 +27,7 @@ def test_a_generator_change_serves_new_splits_not_the_cached_ones(tmp_path, monk
     monkeypatch.setattr(MathDomain, "provision", changed_generator)
     for module in (pipeline, keys):  # where the key is made (keys; the pipeline before)
         monkeypatch.setattr(module, "code_version", lambda *parts: "edited-domains-code", raising=False)
-    second = pipeline.provision_data(task, tmp_path)
+    second = pipeline.provision_data(DataRequest(task, tmp_path))
     assert second.data_dir != first.data_dir
     assert second.hashes["pool"] != first.hashes["pool"]
     assert keys.data_key(task) != "" and second.data_dir.endswith(keys.data_key(task)[:16])
@@ -62,7 +65,7 @@ def test_only_the_tiny_models_key_follows_the_data():
 
 
 def test_a_made_base_model_is_kept_for_the_machine_and_copied_into_a_fresh_cache(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, capsys
 ) -> None:
     """Issue 38: every fresh cache_dir (a new run folder, a test, a sweep) pre-trained the tiny
     model again (~50 s for the default one). It is kept machine-wide by its step key and sandbox
@@ -73,25 +76,23 @@ def test_a_made_base_model_is_kept_for_the_machine_and_copied_into_a_fresh_cache
     monkeypatch.setenv("VTB_MODEL_CACHE_DIR", str(tmp_path / "machine"))
     task = MathConfig(name="math", n_pool=60, n_val=10, n_test=10, initial_data_size=20)
     (tmp_path / "a").mkdir()
-    data = pipeline.provision_data(task, tmp_path / "a")
+    data = pipeline.provision_data(DataRequest(task, tmp_path / "a"))
     model = ModelConfig(name="tiny", kind="tiny", n_layer=1, n_embd=32, pretrain_steps=2, pretrain_texts=50)
     key = keys.model_key(model, data.hashes)
-    said: list[str] = []
-    args = (model, task, __import__("pathlib").Path(data.data_dir))
-    first = pipeline.provision_model(
-        *args, pipeline.model_dir(tmp_path / "a", model, key), SandboxConfig(), said.append
-    )
+
+    def request(cache: str) -> ModelRequest:
+        return ModelRequest(model, task, data.data_dir, data.hashes, tmp_path / cache, SandboxConfig())
+
+    first = pipeline.provision_model(request("a"))
     assert first.charge is not None and first.charge.cpu_seconds > 0  # made in a sandbox
     [kept] = list((tmp_path / "machine").iterdir())
     assert (kept / pipeline.KEPT_MARK).is_file()
-    second = pipeline.provision_model(
-        *args, pipeline.model_dir(tmp_path / "b", model, key), SandboxConfig(), said.append
-    )
-    assert second.hash == first.hash and second.charge is None and "made earlier on this machine" in said[-1]
+    capsys.readouterr()
+    second = pipeline.provision_model(request("b"))
+    said = capsys.readouterr().out
+    assert second.hash == first.hash and second.charge is None and "made earlier on this machine" in said
     assert not (tmp_path / "b" / "models" / f"tiny-{key[:16]}" / pipeline.KEPT_MARK).exists()
     (kept / pipeline.KEPT_MARK).unlink()  # as if a copy had been cut short: made again
-    third = pipeline.provision_model(
-        *args, pipeline.model_dir(tmp_path / "c", model, key), SandboxConfig(), said.append
-    )
+    third = pipeline.provision_model(request("c"))
     assert third.charge is not None and third.hash == first.hash
     assert (kept / pipeline.KEPT_MARK).is_file()  # the partial copy replaced by a whole one

@@ -16,10 +16,12 @@ import json
 import pytest
 from conftest import BACKENDS
 
+from tests.conftest import play_split
 from vtb import pipeline
 from vtb.compose import task_config
 from vtb.config import SandboxConfig
 from vtb.engine.infer import Engine
+from vtb.step_requests import DataRequest
 
 OBSERVER = r"""
 import hashlib, json, os, re, resource, socket, sys, time
@@ -112,12 +114,12 @@ def _delta(a, b):
 def _setup(tmp_path, n_val: int, n_test: int):
     task = task_config("math", n_pool=20, n_val=n_val, n_test=n_test)
     (tmp_path / "cache").mkdir()
-    data = pipeline.provision_data(task, tmp_path / "cache")
+    data = pipeline.provision_data(DataRequest(task, tmp_path / "cache"))
     return task, data.data_dir
 
 
 def grading_kwargs(val, per_episode: float | None) -> dict:
-    """A grading play's extra parameters, as vtb/bench.py _grading_params passes them."""
+    """A grading play's extra parameters, as vtb/bench.py _grading_request sets them."""
     return {"flops_per_episode": per_episode, "shard": val.n}
 
 
@@ -130,8 +132,8 @@ def test_a_grading_play_looks_like_a_validation_play(tmp_path, backend, toy_mode
     harness.mkdir()
     (harness / "harness.py").write_text(OBSERVER)
     cfg = SandboxConfig(backend=backend)
-    val = pipeline.play(harness, toy_model_dir, "val", data_dir, task, cfg, None, 120.0)
-    test = pipeline.play(
+    val = play_split(harness, toy_model_dir, "val", data_dir, task, cfg, None, 120.0)
+    test = play_split(
         harness, toy_model_dir, "test", data_dir, task, cfg, None, 120.0, **grading_kwargs(val, None)
     )
     seen_val, seen_test = _observations(val), _observations(test)
@@ -183,18 +185,18 @@ def test_a_harness_that_spends_only_in_grading_is_capped_and_flagged(tmp_path, b
     harness.mkdir()
     (harness / "harness.py").write_text(SPLIT_SPENDER)
     cfg = SandboxConfig(backend=backend)
-    val = pipeline.play(harness, toy_model_dir, "val", data_dir, task, cfg, None, 120.0)
+    val = play_split(harness, toy_model_dir, "val", data_dir, task, cfg, None, 120.0)
     floor = 2.0 * Engine(toy_model_dir, threads=1).n_params * 8  # a few tokens: the allowance is never 0
     per_episode = GRADING_SLACK * max(val.charge.flops / val.n, floor)
-    free = pipeline.play(harness, toy_model_dir, "test", data_dir, task, cfg, None, 120.0)
-    graded = pipeline.play(
+    free = play_split(harness, toy_model_dir, "test", data_dir, task, cfg, None, 120.0)
+    graded = play_split(
         harness, toy_model_dir, "test", data_dir, task, cfg, None, 120.0, **grading_kwargs(val, per_episode)
     )
     allowed = per_episode * (-(-graded.n // val.n) * val.n)  # decoys count against the cap too
     assert graded.charge.flops <= allowed and graded.charge.flops < free.charge.flops / 10
     # One that tells grading anyway (e.g. by inputs it never saw in val) meets the cap, and the play
     # says "flops": the bench flags the submission (Grade.capped -> flagged_by_grading_cap).
-    told = pipeline.play(
+    told = play_split(
         harness, toy_model_dir, "test", data_dir, task, cfg, None, 120.0, flops_per_episode=per_episode
     )
     assert told.charge.flops <= per_episode * told.n and "flops" in told.killed

@@ -285,6 +285,7 @@ def test_the_run_record_holds_the_salt_hash_only(tmp_path, monkeypatch):
 
     from vtb import pipeline
     from vtb.compose import compose_config
+    from vtb.step_requests import DataRequest
 
     monkeypatch.delenv("VTB_TEST_SALT", raising=False)
     cfg = compose_config([f"task.test_salt={SALT}"])
@@ -292,9 +293,9 @@ def test_the_run_record_holds_the_salt_hash_only(tmp_path, monkeypatch):
     digest = hashlib.sha256(SALT.encode()).hexdigest()
     assert SALT not in dumped and f"sha256:{digest}" in dumped
     task = dataclasses.replace(cfg.task, n_pool=50, n_val=10, n_test=10)
-    data = pipeline.provision_data(task, tmp_path)
+    data = pipeline.provision_data(DataRequest(task, tmp_path))
     assert data.test_salt_sha256 == digest and SALT not in json.dumps(dataclasses.asdict(data))
-    default = pipeline.provision_data(dataclasses.replace(task, test_salt=None), tmp_path)
+    default = pipeline.provision_data(DataRequest(dataclasses.replace(task, test_salt=None), tmp_path))
     assert default.data_dir != data.data_dir and default.hashes["test"] != data.hashes["test"]
     assert default.hashes["pool"] == data.hashes["pool"]
     for path in Path(data.data_dir).rglob("*"):

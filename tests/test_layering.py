@@ -49,6 +49,7 @@ LAYERS: list[tuple[str, ...]] = [
     ),
     ("vtb.domains", "vtb.agents", "vtb.calibrate", "vtb.service", "vtb.repro", "vtb.provenance"),
     ("vtb.keys", "vtb.compose"),
+    ("vtb.step_requests",),
     ("vtb.pipeline", "vtb.analysis"),
     ("vtb.build",),
     ("vtb.bench",),

@@ -14,6 +14,7 @@ import re
 import pytest
 from conftest import BACKENDS, sandbox_backend
 
+from tests.conftest import play_split
 from vtb import runner
 from vtb.blind import null_model
 from vtb.engine.infer import Engine
@@ -242,20 +243,21 @@ def test_a_play_spends_at_most_its_flops_per_episode(tmp_path, backend, toy_mode
     from vtb import pipeline
     from vtb.compose import task_config
     from vtb.config import SandboxConfig
+    from vtb.step_requests import DataRequest
 
     task = task_config("math", n_pool=20, n_val=4, n_test=6)
     (tmp_path / "cache").mkdir()
-    data = pipeline.provision_data(task, tmp_path / "cache")
+    data = pipeline.provision_data(DataRequest(task, tmp_path / "cache"))
     harness = tmp_path / "spender"
     harness.mkdir()
     (harness / "harness.py").write_text(SPENDER)
     n_params = Engine(toy_model_dir, threads=1).n_params
     per_episode = 2.0 * n_params * 100  # about 100 tokens per episode
     cfg = SandboxConfig(backend=backend)
-    capped = pipeline.play(
+    capped = play_split(
         harness, toy_model_dir, "test", data.data_dir, task, cfg, None, 120.0, flops_per_episode=per_episode
     )
     assert "flops" in capped.killed and capped.charge.flops <= per_episode * 6
-    free = pipeline.play(harness, toy_model_dir, "test", data.data_dir, task, cfg, None, 120.0)
+    free = play_split(harness, toy_model_dir, "test", data.data_dir, task, cfg, None, 120.0)
     assert "flops" not in free.killed and free.charge.flops > 3 * per_episode * 6  # what it spends uncapped
     print(f"\n[{backend}] grading FLOPs capped {capped.charge.flops:.3g}, uncapped {free.charge.flops:.3g}")

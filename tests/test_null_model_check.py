@@ -142,6 +142,7 @@ def _bench(tmp_path: Path, backend: str, harness_code: str):
     """A Bench ready to grade one candidate (harness_code + a checkpoint), its steps the pipeline's own."""
     from vtb import pipeline
     from vtb.bench import Bench, plain_steps
+    from vtb.step_requests import DataRequest
 
     sandbox_backend(backend)  # skips where the backend is missing
     cfg = small_config(
@@ -157,9 +158,9 @@ def _bench(tmp_path: Path, backend: str, harness_code: str):
     plays: list = []
     steps = plain_steps()
     play = steps.play
-    steps.play = lambda **params: plays.append(play(**params)[0]) or (plays[-1], False)
+    steps.play = lambda run_name, request: plays.append(play(run_name, request)[0]) or (plays[-1], False)
     bench = Bench(cfg, steps)
-    bench.data = pipeline.provision_data(cfg.task, bench.cache)
+    bench.data = pipeline.provision_data(DataRequest(cfg.task, bench.cache))
     bench.data_dir = Path(bench.data.data_dir)
     sid = "candidate"
     for part in ("data", "trainer", "harness"):

@@ -28,11 +28,13 @@ from pathlib import Path
 import pytest
 from conftest import BACKENDS
 
+from tests.conftest import play_split
 from vtb import pipeline, provenance
 from vtb.compose import task_config
 from vtb.config import SandboxConfig
 from vtb.domains.registry import get_domain
 from vtb.serve.swap import Swap
+from vtb.step_requests import DataRequest
 
 ROOT_KIT = "vtb/domains/math/kit/harnesses/calculator"
 
@@ -224,8 +226,8 @@ def test_the_verdict_flags_each_way_a_harness_answers_and_not_an_honest_one() ->
 def _grade_and_audit(tmp_path, harness, model, backend, data_dir, task, n_val):
     cfg = SandboxConfig(backend=backend)
     args = (harness, model, "test", data_dir, task, cfg, None, 300.0)
-    graded = pipeline.play(*args, shard=n_val)
-    audit = pipeline.play(*args, shard=n_val, audit=True)
+    graded = play_split(*args, shard=n_val)
+    audit = play_split(*args, shard=n_val, mode="audit")
     return graded, provenance.verdict(audit.audit, graded.rewards)
 
 
@@ -235,7 +237,7 @@ def test_a_harness_that_answers_for_its_model_is_flagged(tmp_path, backend, copi
 
     task = task_config("math", n_pool=20, n_val=8, n_test=8)
     (tmp_path / "cache").mkdir()
-    data_dir = Path(pipeline.provision_data(task, tmp_path / "cache").data_dir)
+    data_dir = Path(pipeline.provision_data(DataRequest(task, tmp_path / "cache")).data_dir)
     episodes = get_domain("math").episodes(data_dir, "test", task)
     oracle = {ep.problem["question"]: str(ep.problem["final"]) for ep in episodes}
     signature = Engine(copier_model_dir, threads=1).complete(["Q: Ann has"], max_new_tokens=6)[0].text

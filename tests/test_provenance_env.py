@@ -22,11 +22,13 @@ from pathlib import Path
 import pytest
 from conftest import BACKENDS
 
+from tests.conftest import play_split
 from vtb import pipeline, provenance
 from vtb.compose import task_config
 from vtb.config import SandboxConfig
 from vtb.domains.registry import get_domain
 from vtb.domains.terminal.kit import datatools
+from vtb.step_requests import DataRequest
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (scripts/install.sh)")
 
@@ -79,14 +81,14 @@ def test_a_harness_that_does_the_task_itself_is_flagged(tmp_path, name, backend,
     setup = SETUPS[name]
     task = task_config(name, **setup["sizes"])
     (tmp_path / "cache").mkdir()
-    data_dir = Path(pipeline.provision_data(task, tmp_path / "cache").data_dir)
+    data_dir = Path(pipeline.provision_data(DataRequest(task, tmp_path / "cache")).data_dir)
     cfg = SandboxConfig(backend=backend)
     shard = task.n_val
 
     def grade_and_audit(harness: Path):
         args = (harness, toy_model_dir, "test", data_dir, task, cfg, None, 300.0)
-        graded = pipeline.play(*args, shard=shard)
-        audit = pipeline.play(*args, shard=shard, audit=True)
+        graded = play_split(*args, shard=shard)
+        audit = play_split(*args, shard=shard, mode="audit")
         return graded, provenance.verdict(audit.audit, graded.rewards)
 
     honest_found: dict = {"skipped": "the shipped harness is checked on bwrap"}
@@ -136,7 +138,7 @@ def test_a_swe_patch_the_model_never_wrote_is_flagged(tmp_path, backend, toy_mod
     setup = SETUPS["swe"]
     task = task_config("swe", **setup["sizes"])
     (tmp_path / "cache").mkdir()
-    data_dir = Path(pipeline.provision_data(task, tmp_path / "cache").data_dir)
+    data_dir = Path(pipeline.provision_data(DataRequest(task, tmp_path / "cache")).data_dir)
     cfg = SandboxConfig(backend=backend)
 
     def grade(code: str) -> tuple:
@@ -144,7 +146,7 @@ def test_a_swe_patch_the_model_never_wrote_is_flagged(tmp_path, backend, toy_mod
         harness.mkdir()
         (harness / "harness.py").write_text(code)
         (harness / "solutions.json").write_text(json.dumps(_solutions("swe", data_dir)))
-        played = pipeline.play(
+        played = play_split(
             harness, toy_model_dir, "test", data_dir, task, cfg, None, 300.0, shard=task.n_val
         )
         assert played.written is not None and set(played.written) == set(played.rewards), played.written
@@ -212,7 +214,7 @@ def test_a_tau_action_the_model_never_chose_is_flagged(tmp_path, backend, toy_mo
 
     task = task_config("tau", **SETUPS["tau"]["sizes"])
     (tmp_path / "cache").mkdir()
-    data_dir = Path(pipeline.provision_data(task, tmp_path / "cache").data_dir)
+    data_dir = Path(pipeline.provision_data(DataRequest(task, tmp_path / "cache")).data_dir)
     domain = get_domain("tau")
     # what each episode's user opens with (the scripted user is seeded by task and trial)
     openings = {ep.messages[0]["content"]: ep.task for ep in domain.episodes(data_dir, "test", task)}
@@ -226,7 +228,7 @@ def test_a_tau_action_the_model_never_chose_is_flagged(tmp_path, backend, toy_mo
         (harness / "harness.py").write_text(TAU_SOLVER.format(hand_over=hand_over))
         (harness / "solutions.json").write_text(json.dumps(openings))
         (harness / "expert.py").write_text(Path(expert.__file__).read_text())
-        played = pipeline.play(
+        played = play_split(
             harness,
             toy_model_dir,
             "test",

@@ -52,9 +52,9 @@ def test_an_echoing_harness_publishes_no_test_item(tmp_path, backend) -> None:
     fake_play, fake_data = fake.play, fake.data
     made: dict[str, Path] = {}
 
-    def data(key, task_cfg, cache):
+    def data(key, task, cache):
         # the provisioned folder, remembered (scanning the cache races the grid's snapshots)
-        out = fake_data(key, task_cfg, cache)
+        out = fake_data(key, task, cache)
         made["data"] = Path(out.data_dir)
         return out
 

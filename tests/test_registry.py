@@ -79,6 +79,7 @@ def test_an_outside_package_adds_an_agent_a_sandbox_and_a_domain_by_entry_point(
     from vtb.domains.registry import DOMAINS, get_domain
     from vtb.sandbox import SANDBOXES, make_sandbox, runtime_mounts
     from vtb.sandbox.base import Limits
+    from vtb.step_requests import DataRequest
 
     try:
         assert {"halve_lr"} <= set(AGENTS.names()) and "tagged" in SANDBOXES.names()
@@ -94,7 +95,7 @@ def test_an_outside_package_adds_an_agent_a_sandbox_and_a_domain_by_entry_point(
         assert type(get_domain("outside_math")).__name__ == "OutsideMath"
         task = task_config("outside_math", n_pool=40, n_val=5, n_test=5, initial_data_size=10)
         (tmp_path / "cache").mkdir()
-        data = pipeline.provision_data(task, tmp_path / "cache")
+        data = pipeline.provision_data(DataRequest(task, tmp_path / "cache"))
         assert data.counts == {"pool": 40, "val": 5, "test": 5}, data.counts
         with pytest.raises(ValueError, match="unknown agent 'no_such'.*halve_lr"):
             AGENTS.get("no_such")
@@ -149,6 +150,7 @@ def test_an_outside_package_adds_an_engine_and_a_model_kind_by_entry_point(
     from vtb import pipeline
     from vtb.config import ModelConfig, SandboxConfig
     from vtb.engine.select import ENGINES, engine_env, open_engine
+    from vtb.step_requests import ModelRequest
 
     root = tmp_path / "site"
     for rel, text in OUTSIDE_KINDS.items():
@@ -168,8 +170,8 @@ def test_an_outside_package_adds_an_engine_and_a_model_kind_by_entry_point(
 
         kinds_pkg.model.SOURCE = toy_model_dir
         model = ModelConfig(name="copied", kind="local_copy")
-        out = pipeline.model_dir(tmp_path / "cache", model, "k" * 24)
-        made = pipeline.provision_model(model, None, tmp_path, out, SandboxConfig(), echo=lambda line: None)
+        request = ModelRequest(model, None, tmp_path, {}, tmp_path / "cache", SandboxConfig())
+        made = pipeline.provision_model(request)
         assert (Path(made.base_dir) / "config.json").is_file() and made.n_params > 0
         with pytest.raises(ValueError, match="model.kind='no_such'.*local_copy"):
             pipeline.model_kind("no_such")

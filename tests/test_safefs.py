@@ -357,7 +357,10 @@ def test_links_and_fifos_from_a_research_command_are_never_followed(tmp_path, hi
 def test_an_oversized_workspace_is_rejected_and_the_agent_is_told(tmp_path, hidden, backend) -> None:
     """A CLI agent's turn (the real agent_turn_step) leaves links, FIFOs and a 512 MB sparse file."""
     from steps import agent_turn_step
+    from vtb.agents import Feedback
     from vtb.config import AgentConfig, SandboxConfig
+    from vtb.ledger import StepLimits
+    from vtb.step_requests import TurnRequest
     from vtb.workspace import snapshot
 
     sandbox_backend(backend)  # skips where the backend is missing
@@ -377,20 +380,11 @@ def test_an_oversized_workspace_is_rejected_and_the_agent_is_told(tmp_path, hidd
     for d in (data / "research", base):
         d.mkdir(parents=True)
     before = snapshot(ws, store)
-    feedback = {"task": "math", "iteration": 1, "max_iterations": 2, "seed": 0}
+    feedback = Feedback(task="math", iteration=1, max_iterations=2, seed=0)
+    sandbox = SandboxConfig(backend=backend, step_wall_s=60, step_cpu_s=60)
+    request = TurnRequest(cfg, feedback, before, store, ws, data, base, sandbox, StepLimits(None, 60.0))
     with within(120):
-        turn = agent_turn_step.fn(
-            "k",
-            cfg,
-            feedback,
-            before,
-            str(store),
-            str(ws),
-            str(data),
-            str(base),
-            SandboxConfig(backend=backend, step_wall_s=60, step_cpu_s=60),
-            cpu_seconds=60.0,
-        )
+        turn = agent_turn_step.fn(request)
     assert turn.after == before and turn.edits == {}
     assert "data/ is over 256 MB" in turn.rejected and "big.bin" in turn.rejected
     assert turn.notes.startswith("[workspace rejected, edits discarded: data/ is over 256 MB")

@@ -328,9 +328,10 @@ def test_charge_of_a_sandbox_result_carries_gpu_seconds():
 def test_a_steps_gpu_seconds_limit_reaches_its_sandbox_limits():
     from vtb import pipeline
     from vtb.config import SandboxConfig
+    from vtb.ledger import StepLimits
 
-    assert pipeline.step_limits(SandboxConfig(), None, 10.0, 7.5).gpu_seconds == 7.5
-    assert pipeline.step_limits(SandboxConfig(), 1e9, 10.0).gpu_seconds is None
+    assert pipeline.step_limits(SandboxConfig(), StepLimits(None, 10.0, 7.5)).gpu_seconds == 7.5
+    assert pipeline.step_limits(SandboxConfig(), StepLimits(1e9, 10.0)).gpu_seconds is None
 
 
 # -- bwrap: sysfs and /dev/nvidia-uvm for CUDA and NVML ----------------------------------------

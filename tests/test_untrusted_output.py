@@ -51,11 +51,12 @@ out.flush()
 def math_data(tmp_path_factory):
     from tests.conftest import small_config
     from vtb import pipeline
+    from vtb.step_requests import DataRequest
 
     tmp = tmp_path_factory.mktemp("math")
     cfg = small_config(tmp, "noop", 0, "task.n_val=6", "task.n_test=6")
     (tmp / "cache").mkdir()
-    return cfg, Path(pipeline.provision_data(cfg.task, tmp / "cache").data_dir)
+    return cfg, Path(pipeline.provision_data(DataRequest(cfg.task, tmp / "cache")).data_dir)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -67,7 +68,8 @@ def test_a_hostile_harness_costs_only_its_episodes(
 
     from steps import play_step
     from vtb.config import SandboxConfig
-    from vtb.ledger import Ledger
+    from vtb.ledger import Ledger, StepLimits
+    from vtb.step_requests import PlayRequest
 
     sandbox_backend(backend)
     cfg, data_dir = math_data
@@ -75,18 +77,19 @@ def test_a_hostile_harness_costs_only_its_episodes(
     harness.mkdir()
     (harness / "harness.py").write_text(HOSTILE_HARNESS)
     task = replace(cfg.task, round_timeout_s=20, per_episode_timeout_s=1)
-    params = dict(
-        key="k",
-        harness_dir=str(harness),
-        model_dir=str(toy_model_dir),
+    request = PlayRequest(
+        harness_dir=harness,
+        harness_hash="",
+        model_dir=toy_model_dir,
+        weights_key=None,
         split=split,
-        data_dir=str(data_dir),
-        task_cfg=task,
-        sandbox_cfg=SandboxConfig(backend=backend, step_wall_s=120, step_cpu_s=120),
-        max_flops=None,
-        cpu_seconds=120.0,
+        split_hash="",
+        data_dir=data_dir,
+        task=task,
+        sandbox=SandboxConfig(backend=backend, step_wall_s=120, step_cpu_s=120),
+        limits=StepLimits(None, 120.0),
     )
-    out = play_step.fn(**params)  # the null-model check is this very play with a null model's folder
+    out = play_step.fn(request)  # the null-model check is this very play with a null model's folder
     assert out.score == 0.0 and out.n == 6
     # Its forged usage file is not read: the FLOPs are the model server's (no request: none).
     assert out.charge.flops == 0.0 and not out.charge.errors

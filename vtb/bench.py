@@ -1,8 +1,9 @@
 """The bench loop as plain Python: provision → iterations (turn → train → validate) → select → grade.
 
 `Bench` holds one run's state and is handed its five steps as callables (`Steps`): flows/bench.py
-passes Prefect tasks (steps/), tests pass plain functions. Each step is called with its key
-from vtb/keys.py and returns a typed result (vtb/results.py) and whether it came from a cache.
+passes Prefect tasks (steps/), tests pass plain functions. Each step is called with its request
+(vtb/step_requests.py, which names its result's key) and returns a typed result (vtb/results.py)
+and whether it came from a cache.
 Every charge goes to the ledger once per key: a result reused within a run (a harness-only
 edit reuses its checkpoint) costs once, and a resumed run rebuilds its ledger from the charges
 inside its cached results. Nothing here imports Prefect.
@@ -16,20 +17,20 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from vtb import analysis, contamination, keys, noise, pipeline, progress, provenance, record, repro
+from vtb import analysis, contamination, noise, pipeline, progress, provenance, record, repro
 from vtb.agents import Feedback, best_of
 from vtb.blind import null_model, secret_of
 from vtb.build import check_data, floor_of, flops_floor_calibration, reference_model_config
 from vtb.build import run_id as run_id_of
 from vtb.config import BenchConfig, ModelConfig
 from vtb.domains.registry import get_domain
-from vtb.hashing import hash_json
 from vtb.ledger import Ledger, StepLimits, check_budget
 from vtb.results import Candidate, DataResult, Grade, ModelResult, PlayResult, RunOutcome, System, TurnOutcome
+from vtb.step_requests import UNLIMITED, DataRequest, ModelRequest, PlayRequest, TrainRequest, TurnRequest
 from vtb.workspace import part_hashes, restore
 
 Ran = tuple[Any, bool]  # a step's typed result, and whether it came from the cache
@@ -42,35 +43,31 @@ class RunError(RuntimeError):
 
 @dataclass
 class Steps:
-    """The bench's steps; each takes `run_name` and its keyword parameters (steps/tasks.py) and
-    returns `Ran`. `run_name` says what the call is (`train-it2`, `val-it2`, `grade-submitted`):
-    the Prefect steps name their task runs with it, so a user can tell validation from grading."""
+    """The bench's steps; each is called as `step(run_name, request)` and returns `Ran`.
 
-    data: Callable[..., Ran]
-    model: Callable[..., Ran]
-    train: Callable[..., Ran]
-    play: Callable[..., Ran]
-    turn: Callable[..., Ran]
+    The request (vtb/step_requests.py) is the step's whole input and names its key; `run_name`
+    says what the call is (`train-it2`, `val-it2`, `grade-submitted`): the Prefect steps name
+    their task runs with it, so a user can tell validation from grading."""
+
+    data: Callable[[str, DataRequest], Ran]
+    model: Callable[[str, ModelRequest], Ran]
+    train: Callable[[str, TrainRequest], Ran]
+    play: Callable[[str, PlayRequest], Ran]
+    turn: Callable[[str, TurnRequest], Ran]
 
 
 def plain_steps() -> Steps:
     """The pipeline functions themselves, never cached: a bench without Prefect (tests, scripts)."""
 
-    def uncached(fn: Callable) -> Callable[..., Ran]:
-        return lambda run_name="", **params: (fn(**params), False)
-
-    def model(key: str, model_cfg: ModelConfig, task_cfg: Any, data_dir: str, cache: str, sandbox_cfg: Any):
-        out = pipeline.model_dir(cache, model_cfg, key)  # the folder rule of the Prefect step too
-        return pipeline.provision_model(
-            model_cfg, task_cfg, Path(data_dir), out, sandbox_cfg, echo=lambda line: None
-        )
+    def uncached(fn: Callable[[Any], Any]) -> Callable[[str, Any], Ran]:
+        return lambda run_name, request: (fn(request), False)
 
     return Steps(
-        data=uncached(lambda key, task_cfg, cache: pipeline.provision_data(task_cfg, Path(cache))),
-        model=uncached(model),
+        data=uncached(pipeline.provision_data),
+        model=uncached(pipeline.provision_model),
         train=uncached(pipeline.train),
-        play=uncached(lambda key, **params: pipeline.play(**params)),
-        turn=uncached(lambda key, **params: pipeline.agent_turn(**params)),
+        play=uncached(pipeline.play),
+        turn=uncached(pipeline.agent_turn),
     )
 
 
@@ -137,15 +134,15 @@ class Bench:
             return self.rec.errored(self.cfg, self.run_id, str(e), self.ledger)
         return self.finish()
 
-    def _call(self, name: str, run_name: str, **params: Any) -> Any:
+    def _call(self, name: str, run_name: str, request: Any) -> Any:
         start = time.monotonic()
-        out, cached = getattr(self.steps, name)(run_name=run_name, **params)
+        out, cached = getattr(self.steps, name)(run_name, request)
         charge = getattr(out, "charge", None)
         inside = 0.0 if cached or charge is None else round(charge.wall_seconds, 3)
         self.timings.append(
             {
                 "step": name,
-                "split": params.get("split"),
+                "split": getattr(request, "split", None),
                 "cached": cached,
                 "wall_seconds": round(time.monotonic() - start, 3),
                 "sandbox_wall_seconds": inside,
@@ -165,16 +162,14 @@ class Bench:
     def _limits(self, budgeted: bool, kind: str) -> StepLimits:
         """What the budget leaves the next step of `kind`; nothing for unbudgeted steps (grading, reference)."""
         if not budgeted:
-            return StepLimits(None, None, None)
+            return UNLIMITED
         return self.ledger.step_limits(self.cfg.sandbox.step_cpu_s, kind)
 
     # provision -----------------------------------------------------------------------------
     def provision(self, calibrate: Callable | None = None) -> None:
         cfg = self.cfg
         self._log(f"run {self.run_id}: provisioning data and the {cfg.model.name} base model")
-        self.data: DataResult = self._call(
-            "data", "provision-data", key=keys.data_key(cfg.task), task_cfg=cfg.task, cache=str(self.cache)
-        )
+        self.data: DataResult = self._call("data", "provision-data", DataRequest(cfg.task, self.cache))
         self.data_dir = Path(self.data.data_dir)
         self.initial = self._preflight()
         self.reproducibility = repro.fingerprint(cfg.sandbox)  # a few seconds, on this machine
@@ -200,36 +195,34 @@ class Bench:
         return initial
 
     def _provision_model(self, model: ModelConfig, run_name: str) -> ModelResult:
-        return self._call(
-            "model",
-            run_name,
-            key=keys.model_key(model, self.data.hashes),
-            model_cfg=model,
-            task_cfg=self.cfg.task,
-            data_dir=self.data.data_dir,
-            cache=str(self.cache),
-            sandbox_cfg=self.cfg.sandbox,
+        request = ModelRequest(
+            model, self.cfg.task, self.data_dir, self.data.hashes, self.cache, self.cfg.sandbox
         )
+        return self._call("model", run_name, request)
 
     # train + play ------------------------------------------------------------------------------
     def train(
         self, sid: str, iteration: int, budgeted: bool = True, run_name: str | None = None
     ) -> tuple[str, Any]:
-        key = keys.train_key(self.model.hash, part_hashes(self.store / sid), self.cfg.seed)
-        lim = self._limits(budgeted, "train")
-        out = self._call(
-            "train",
-            run_name or (f"train-it{iteration}" if iteration >= 0 else "train-reference"),
-            key=key,
-            snapshot_dir=str(self.store / sid),
-            base_dir=str(self.base_dir),
-            cache=str(self.cache),
-            seed=self.cfg.seed,
-            sandbox_cfg=self.cfg.sandbox,
-            **lim._asdict(),  # max_flops, cpu_seconds, gpu_seconds
-        )
+        request = self.train_request(sid, self._limits(budgeted, "train"))
+        key = request.key()
+        name = run_name or (f"train-it{iteration}" if iteration >= 0 else "train-reference")
+        out = self._call("train", name, request)
         self._charge("train", iteration, key, out.charge, budgeted)
         return key, out
+
+    def train_request(self, sid: str, limits: StepLimits = UNLIMITED) -> TrainRequest:
+        """Training snapshot `sid` from the base model (its key is the same whatever the limits)."""
+        return TrainRequest(
+            snapshot_dir=self.store / sid,
+            parts=part_hashes(self.store / sid),
+            base_dir=self.base_dir,
+            base_hash=self.model.hash,
+            seed=self.cfg.seed,
+            cache=self.cache,
+            sandbox=self.cfg.sandbox,
+            limits=limits,
+        )
 
     def play(
         self,
@@ -238,48 +231,42 @@ class Bench:
         iteration: int,
         *,
         budgeted: bool = True,
-        weights: str | None = None,
+        weights: Path | None = None,
         mode: str = "model",
     ) -> PlayResult:
         """Play `system` on `split`; `weights` swaps in other weights (mode null or base) behind the same endpoint."""
-        key, params = self._play_params(system, split, budgeted, weights, mode)
-        out = self._call("play", f"{split}-it{iteration}", key=key, **params)
-        self._charge(f"play-{split}", iteration, key, out.charge, budgeted)
+        request = self._play_request(system, split, budgeted, weights, mode)
+        out = self._call("play", f"{split}-it{iteration}", request)
+        self._charge(f"play-{split}", iteration, request.key(), out.charge, budgeted)
         return out
 
-    def _play_params(
-        self, system: System, split: str, budgeted: bool, weights: str | None, mode: str
-    ) -> tuple[str, dict]:
-        harness = part_hashes(self.store / system.snapshot)["harness"]
-        key = keys.play_key(
-            system.weights_key,
-            harness,
-            split,
-            self.data.hashes[split],
-            mode,
-            self.cfg.task,
-            self.cfg.engine,
-        )
-        lim = self._limits(budgeted, "infer")
-        return key, dict(
-            harness_dir=str(self.store / system.snapshot / "harness"),
-            model_dir=weights or system.weights,
+    def _play_request(
+        self, system: System, split: str, budgeted: bool, weights: Path | None, mode: str
+    ) -> PlayRequest:
+        return PlayRequest(
+            harness_dir=self.store / system.snapshot / "harness",
+            harness_hash=part_hashes(self.store / system.snapshot)["harness"],
+            model_dir=Path(weights or system.weights),
+            weights_key=system.weights_key,
             split=split,
-            data_dir=str(self.data_dir),
-            task_cfg=self.cfg.task,
-            sandbox_cfg=self.cfg.sandbox,
-            **lim._asdict(),  # max_flops, cpu_seconds, gpu_seconds
-            engine_cfg=self.cfg.engine,
+            split_hash=self.data.hashes[split],
+            data_dir=self.data_dir,
+            task=self.cfg.task,
+            sandbox=self.cfg.sandbox,
+            engine=self.cfg.engine,
+            limits=self._limits(budgeted, "infer"),
+            mode=mode,
         )
 
     def _grading_play(
-        self, pool: ThreadPoolExecutor, system: System, weights: str | None, mode: str, label: str
+        self, pool: ThreadPoolExecutor, system: System, weights: Path | None, mode: str, label: str
     ) -> Future:
         """A grading play (unbudgeted, test split) started in `pool`; the same key twice is one play.
 
         Its run name says the system and the check: `grade-submitted`, `grade-submitted-null-check`,
         `grade-initial-base-model`, `grade-submitted-regrade`."""
-        key, params = self._grading_params(system, weights, mode)
+        request = self._grading_request(system, weights, mode)
+        key = request.key()
         if key not in self._grading:
             self._charge("play-test", -1, key, None, budgeted=False)  # marks the key; no ledger entry
             run = contextvars.copy_context().run  # the flow's context (Prefect's run) in the worker
@@ -293,23 +280,17 @@ class Bench:
                     "audit": "-provenance-audit",
                 }[mode]
             )
-            self._grading[key] = pool.submit(run, self._call, "play", name, key=key, **params)
+            self._grading[key] = pool.submit(run, self._call, "play", name, request)
         return self._grading[key]
 
-    def _grading_params(self, system: System, weights: str | None, mode: str) -> tuple[str, dict]:
-        """A grading play's key and parameters: unbudgeted, test split, capped per episode."""
-        key, params = self._play_params(system, "test", False, weights, mode)
-        per_episode = self.grading_allowance(system)
-        if per_episode is not None:  # a different cap is a different play
-            params["flops_per_episode"] = per_episode
-            key = hash_json([key, "flops-per-episode", per_episode])
-        shard = self.val_size()
-        if shard:  # val-shaped plays: a harness cannot tell grading by its episode count
-            params["shard"] = shard
-            key = hash_json([key, "shard", shard])
-        if mode == "audit":  # the mode is in the key already
-            params["audit"] = True
-        return key, params
+    def _grading_request(self, system: System, weights: Path | None, mode: str) -> PlayRequest:
+        """A grading play: unbudgeted, test split, capped per episode, in val-shaped shards (a
+        harness cannot tell grading by its episode count)."""
+        return replace(
+            self._play_request(system, "test", False, weights, mode),
+            flops_per_episode=self.grading_allowance(system),
+            shard=self.val_size(),
+        )
 
     def val_size(self) -> int | None:
         """How many episodes a validation play has (grading plays in shards of that size)."""
@@ -399,34 +380,28 @@ class Bench:
             if self.ledger.exhausted():
                 self._log("budget exhausted: stopping the research iterations")
                 break
-            feedback = asdict(
-                Feedback(
-                    task=cfg.task.name,
-                    iteration=it,
-                    max_iterations=cfg.agent.max_iterations,
-                    seed=cfg.seed,
-                    history=[public_view(h) for h in self.history],
-                    budget=self.ledger.summary(),
-                )
+            feedback = Feedback(
+                task=cfg.task.name,
+                iteration=it,
+                max_iterations=cfg.agent.max_iterations,
+                seed=cfg.seed,
+                history=[public_view(h) for h in self.history],
+                budget=self.ledger.summary(),
             )
-            key = keys.turn_key(cfg.agent, cfg.task.name, cfg.seed, before, feedback)
-            self._log(f"iteration {it}: {cfg.agent.name} agent turn")
-            turn: TurnOutcome = self._call(
-                "turn",
-                f"turn-it{it}",
-                key=key,
-                agent_cfg=cfg.agent,
+            request = TurnRequest(
+                agent=cfg.agent,
                 feedback=feedback,
                 before=before,
-                store=str(self.store),
-                workspace=str(ws),
-                data_dir=str(self.data_dir),
-                base_dir=str(self.base_dir),
-                sandbox_cfg=cfg.sandbox,
-                cpu_seconds=self.ledger.cpu_left(),
-                gpu_seconds=self.ledger.gpu_left(),
+                store=self.store,
+                workspace=ws,
+                data_dir=self.data_dir,
+                base_dir=self.base_dir,
+                sandbox=cfg.sandbox,
+                limits=StepLimits(None, self.ledger.cpu_left(), self.ledger.gpu_left()),
             )
-            self._charge("agent", it, key, turn.charge)
+            self._log(f"iteration {it}: {cfg.agent.name} agent turn")
+            turn: TurnOutcome = self._call("turn", f"turn-it{it}", request)
+            self._charge("agent", it, request.key(), turn.charge)
             self._log(f"iteration {it}: {turn.notes} (edits: {sorted(turn.edits)})")
             if turn.error:  # the agent's endpoint failed: what follows would look like agent=noop
                 self._candidate(it, before, turn, self.ledger.used(), train=None, train_key=None,
@@ -478,10 +453,10 @@ class Bench:
             # The same harness, episodes (ids, order), mounts, paths and environment; only the
             # weights differ: the checkpoint's own folder with every tensor shuffled (vtb/blind.py).
             null_dir = null_model(Path(system.weights), self.cache, secret_of(self.cfg.task))
-            null = self._grading_play(pool, system, str(null_dir), "null", label)
+            null = self._grading_play(pool, system, null_dir, "null", label)
         if checked and self.cfg.base_model_check:
             # Information, not a flag: how much of the score the trained weights carry.
-            base = self._grading_play(pool, system, str(self.base_dir), "base", label)
+            base = self._grading_play(pool, system, self.base_dir, "base", label)
 
         def finish() -> Grade:
             played: PlayResult = test.result()
@@ -539,7 +514,7 @@ class Bench:
             return None
 
         def train(sid: str, run_name: str) -> tuple[System, Any, str | None]:
-            key = keys.train_key(self.model.hash, part_hashes(self.store / sid), self.cfg.seed)
+            key = self.train_request(sid).key()
             for c in self.history:  # weights the research already made: reused, not trained again
                 if c.train_key == key and c.train is not None:
                     return System(sid, key, c.checkpoint), None, f"iteration {c.iteration}"
@@ -548,8 +523,7 @@ class Bench:
             return System(sid, key, out.checkpoint if out.ok else None), out.charge, None
 
         def grade(system: System, label: str) -> tuple[Future, bool]:
-            key, _ = self._grading_params(system, None, "model")
-            new = key not in self._grading
+            new = self._grading_request(system, None, "model").key() not in self._grading
             return self._grading_play(pool, system, None, "model", label), new
 
         run = analysis.Analysis(

@@ -21,6 +21,7 @@ from vtb.hashing import hash_json
 from vtb.ledger import FlopsFloor, check_budget
 from vtb.results import DataResult
 from vtb.sandbox import runtime_mounts
+from vtb.step_requests import DataRequest
 
 
 def default_run_id(cfg: BenchConfig) -> str:
@@ -135,7 +136,7 @@ def preflight_data(cfg: BenchConfig) -> None:
     step's cache, so the flow's data step then finds it done) and `check_data`."""
     _, cache = cfg.paths()
     (cache / "snapshots").mkdir(parents=True, exist_ok=True)
-    check_data(cfg, pipeline.provision_data(cfg.task, cache), cache / "snapshots")
+    check_data(cfg, pipeline.provision_data(DataRequest(cfg.task, cache)), cache / "snapshots")
 
 
 def check_runtime(cfg: BenchConfig) -> None:

@@ -1,8 +1,9 @@
 """The pipeline's steps as plain functions: provision, build a system, train, play, turn.
 
-steps/ wraps each in a Prefect task keyed by vtb/keys.py; tests call them directly. Every
-function takes paths and plain values and returns a typed result (vtb/results.py) small enough
-to persist, so a resumed run rebuilds its ledger from the charges inside the cached results.
+Each step takes its request (vtb/step_requests.py: typed configs, paths, and the `key()` of its
+result) and returns a typed result (vtb/results.py) small enough to persist, so a resumed run
+rebuilds its ledger from the charges inside the cached results. steps/ makes each of these very
+functions a Prefect task keyed by `request.key()`; tests call them directly.
 """
 
 from __future__ import annotations
@@ -18,24 +19,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vtb import progress, provenance, runner, safefs, salt
-from vtb.agents import Feedback
 from vtb.agents.turn import take_turn
 from vtb.blind import blind, real_ids, secret_of
-from vtb.config import AgentConfig, BenchConfig, EngineConfig, ModelConfig, SandboxConfig, TaskConfig
+from vtb.config import BenchConfig, ModelConfig, SandboxConfig, TaskConfig
 from vtb.domains.registry import get_domain
 from vtb.engine.select import engine_env
 from vtb.hashing import hash_dir, hash_file, hash_json
-from vtb.keys import data_key
-from vtb.ledger import Charge
+from vtb.ledger import Charge, StepLimits
 from vtb.registry import Registry
 from vtb.results import DataResult, ModelResult, PlayResult, TrainResult, TurnOutcome
 from vtb.sandbox import runtime_mounts
 from vtb.sandbox.base import Limits, Mount
 from vtb.service import ModelService, ServiceError, engine_cache_for
+from vtb.step_requests import DataRequest, ModelRequest, PlayRequest, TrainRequest, TurnRequest
 from vtb.workspace import snapshot
 
 
-def provision_data(task: TaskConfig, cache: Path) -> DataResult:
+def provision_data(request: DataRequest) -> DataResult:
     """Write the task's splits once per task config and salt: research/ (pool, val) and hidden/ (test).
 
     Every item of the full test and val splits carries the split's canary (salt.plant_canaries).
@@ -43,8 +43,9 @@ def provision_data(task: TaskConfig, cache: Path) -> DataResult:
     The key and the result carry the salt's sha256 (`test_salt_sha256`, vtb/salt.py),
     never the salt: a salt from a file or the environment changes the key as an inline one does.
     """
+    task, cache = request.task, request.cache
     domain = get_domain(task.name)
-    data_dir = cache / "data" / f"{task.name}-{data_key(task)[:16]}"
+    data_dir = cache / "data" / f"{task.name}-{request.key()[:16]}"
     if not (data_dir / "DONE").exists():
         tmp = Path(tempfile.mkdtemp(dir=cache, prefix=".data-"))
         counts = domain.provision(task, tmp)
@@ -66,25 +67,15 @@ def provision_data(task: TaskConfig, cache: Path) -> DataResult:
     )
 
 
-def model_dir(cache: str | Path, model: ModelConfig, key: str) -> Path:
-    """Where the model step with this key puts its model (the key names the folder)."""
-    return Path(cache) / "models" / f"{model.name}-{key[:16]}"
-
-
-def provision_model(
-    model: ModelConfig,
-    task: TaskConfig,
-    data_dir: Path,
-    out: Path,
-    sandbox_cfg: SandboxConfig,
-    echo: Callable,
-) -> ModelResult:
-    """Make (tiny, in a sandbox), convert (smollm2) or fetch (hub) the base model into out.
+def provision_model(request: ModelRequest) -> ModelResult:
+    """Make (tiny, in a sandbox), convert (smollm2) or fetch (hub) the base model into `request.out()`.
 
     A made or converted model is also kept machine-wide (`machine_model_dir`, by the step's key
     and the sandbox shape it was made in), so a fresh cache_dir on this machine (a test, a sweep,
     a new run folder) copies it instead of pre-training or converting again (~50 s for the
     default tiny model). It is a deterministic function of that key: the same bits either way."""
+    model, sandbox_cfg, out = request.model, request.sandbox, request.out()
+    echo = lambda line: progress.say(f"  [base] {line}")  # noqa: E731
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     kept = (
@@ -97,7 +88,7 @@ def provision_model(
         safefs.copy_tree(kept, tmp)
         (tmp / KEPT_MARK).unlink(missing_ok=True)
         return _finish_model(tmp, out, None)
-    charge = kind.make(model, task, data_dir, tmp, sandbox_cfg, echo)
+    charge = kind.make(model, request.task, request.data_dir, tmp, sandbox_cfg, echo)
     result = _finish_model(tmp, out, charge)
     if kind.deterministic:
         _keep(out, kept)
@@ -270,17 +261,15 @@ def build_system(kind: str, cfg: BenchConfig, data_dir: Path, store: Path) -> st
     return _BUILT[made_by]
 
 
-def step_limits(
-    cfg: SandboxConfig, max_flops: float | None, cpu_seconds: float | None, gpu_seconds: float | None = None
-) -> Limits:
+def step_limits(cfg: SandboxConfig, left: StepLimits) -> Limits:
     """A step's limits: the sandbox config's per-step caps, tightened by what the budget has left."""
-    cpu = cfg.step_cpu_s if cpu_seconds is None else min(cfg.step_cpu_s, cpu_seconds)
+    cpu = cfg.step_cpu_s if left.cpu_seconds is None else min(cfg.step_cpu_s, left.cpu_seconds)
     return Limits(
         wall_seconds=cfg.step_wall_s,
         cpu_seconds=cpu,
         memory_mb=cfg.memory_mb,
-        max_flops=max_flops,
-        gpu_seconds=gpu_seconds,
+        max_flops=left.max_flops,
+        gpu_seconds=left.gpu_seconds,
     )
 
 
@@ -304,28 +293,18 @@ def checkpoint_caps(sandbox_cfg: SandboxConfig, base_dir: Path) -> safefs.Caps:
     return safefs.Caps(min(own, caps.max_bytes) if caps.max_bytes is not None else own, caps.max_files)
 
 
-def train(
-    key: str,
-    snapshot_dir: str | Path,
-    base_dir: str | Path,
-    cache: str | Path,
-    seed: int,
-    sandbox_cfg: SandboxConfig,
-    max_flops: float | None,
-    cpu_seconds: float | None,
-    gpu_seconds: float | None = None,
-) -> TrainResult:
+def train(request: TrainRequest) -> TrainResult:
     """Run the candidate's trainer in the research sandbox into checkpoints/<key>."""
-    out_dir = Path(cache) / "checkpoints" / key[:24]
+    out_dir = request.out()
     outcome = runner.train(
-        runner.sandbox_for(sandbox_cfg),
-        Path(snapshot_dir),
-        Path(base_dir),
+        runner.sandbox_for(request.sandbox),
+        request.snapshot_dir,
+        request.base_dir,
         out_dir,
-        seed=seed,
-        limits=step_limits(sandbox_cfg, max_flops, cpu_seconds, gpu_seconds),
+        seed=request.seed,
+        limits=step_limits(request.sandbox, request.limits),
         echo=lambda line: progress.say(f"  [train] {line}"),
-        checkpoint_caps=checkpoint_caps(sandbox_cfg, Path(base_dir)),
+        checkpoint_caps=checkpoint_caps(request.sandbox, request.base_dir),
     )
     return TrainResult(
         ok=outcome.ok,
@@ -338,21 +317,7 @@ def train(
     )
 
 
-def play(
-    harness_dir: str | Path,
-    model_dir: str | Path,
-    split: str,
-    data_dir: str | Path,
-    task_cfg: TaskConfig,
-    sandbox_cfg: SandboxConfig,
-    max_flops: float | None,
-    cpu_seconds: float | None,
-    gpu_seconds: float | None = None,
-    engine_cfg: EngineConfig | None = None,
-    flops_per_episode: float | None = None,
-    shard: int | None = None,
-    audit: bool = False,
-) -> PlayResult:
+def play(request: PlayRequest) -> PlayResult:
     """Play a split's episodes against a harness, with model_dir served by a model server, and score them here.
 
     The harness sandbox gets only episode inputs and observations, under opaque ids in a keyed
@@ -369,12 +334,14 @@ def play(
     count, batch sizes, a fresh server and process (issue 37: a harness spent only when its first
     batch had the test split's size).
 
-    `audit` makes it a provenance audit (vtb/provenance.py): the model server swaps each episode's
-    task text for its shard neighbour's, and the result carries each episode scored both ways.
+    `mode=audit` makes it a provenance audit (vtb/provenance.py): the model server swaps each
+    episode's task text for its shard neighbour's, and the result carries each episode scored both ways.
     """
+    r = request
+    split, task_cfg, sandbox_cfg, data_dir, shard = r.split, r.task, r.sandbox, r.data_dir, r.shard
     domain = get_domain(task_cfg.name)
     sandbox = runner.sandbox_for(sandbox_cfg)
-    episodes = domain.episodes(Path(data_dir), split, task_cfg, sandbox=sandbox)
+    episodes = domain.episodes(data_dir, split, task_cfg, sandbox=sandbox)
     secret = secret_of(task_cfg)
     blinded = blind(episodes, secret, split)
     shards = [blinded]
@@ -382,30 +349,31 @@ def play(
         shards = [blinded[i : i + shard] for i in range(0, len(blinded), shard)]
         short = shard - len(shards[-1])
         if short > 0:  # decoys: fresh episodes of this split, never scored
-            spare = domain.episodes(Path(data_dir), split, task_cfg, sandbox=sandbox)
+            spare = domain.episodes(data_dir, split, task_cfg, sandbox=sandbox)
             # those not already in the shard first: a validation play never repeats an episode
             # (a repeat would tell grading apart, and blur the provenance audit's pairs)
             taken = {b.inner.id for b in shards[-1]}
             decoys = sorted(blind(spare, secret, f"{split}\0decoy"), key=lambda b: b.inner.id in taken)
             shards[-1] = sorted(shards[-1] + decoys[:short], key=lambda b: b.id)
-    env = engine_env(engine_cfg.name, engine_cfg.options, engine_cfg.fallback) if engine_cfg else {}
-    cache = engine_cache_for(engine_cfg.name) if engine_cfg else None
+    env = engine_env(r.engine.name, r.engine.options, r.engine.fallback)
+    cache = engine_cache_for(r.engine.name)
     outcome = runner.EpisodeOutcome({}, Charge(), [], 0, [], [])
-    text_of = getattr(domain, "audit_text", None) if audit else None
+    text_of = getattr(domain, "audit_text", None) if r.audit else None
     # the written check (vtb/provenance.py): test plays of a domain whose answers it traces
-    trace = provenance.tracer(domain) if split == "test" and not audit else None
+    trace = provenance.tracer(domain) if split == "test" and not r.audit else None
     audited: list[tuple[list, set[int]]] = []
+    max_flops = r.limits.max_flops
     for part in shards:
         part_flops = None if max_flops is None else max(0.0, max_flops - outcome.charge.flops)
-        if flops_per_episode is not None:
-            cap = flops_per_episode * len(part)
+        if r.flops_per_episode is not None:
+            cap = r.flops_per_episode * len(part)
             part_flops = cap if part_flops is None else min(part_flops, cap)
-        limits = step_limits(sandbox_cfg, part_flops, cpu_seconds, gpu_seconds)
+        limits = step_limits(sandbox_cfg, r.limits._replace(max_flops=part_flops))
         swap = provenance.rotation(part, text_of) if text_of else None
         got = _play_shard(
             sandbox,
-            Path(harness_dir),
-            Path(model_dir),
+            r.harness_dir,
+            r.model_dir,
             part,
             limits,
             env,
@@ -537,28 +505,17 @@ def _merge(a: runner.EpisodeOutcome, b: runner.EpisodeOutcome) -> runner.Episode
     )
 
 
-def agent_turn(
-    agent_cfg: AgentConfig,
-    feedback: dict,
-    before: str,
-    store: str | Path,
-    workspace: str | Path,
-    data_dir: str | Path,
-    base_dir: str | Path,
-    sandbox_cfg: SandboxConfig,
-    cpu_seconds: float,
-    gpu_seconds: float | None = None,
-) -> TurnOutcome:
+def agent_turn(request: TurnRequest) -> TurnOutcome:
     """The research agent's turn in the research sandbox (vtb/agents/turn.py)."""
-    store, workspace, data_dir, base_dir = map(Path, (store, workspace, data_dir, base_dir))
+    r = request
     return take_turn(
-        agent_cfg,
-        Feedback(**feedback),
-        before,
-        store,
-        workspace,
-        runner.sandbox_for(sandbox_cfg),
-        runner.research_mounts(workspace, data_dir, base_dir),
-        step_limits(sandbox_cfg, None, cpu_seconds, gpu_seconds),
-        sandbox_cfg.part_caps(),
+        r.agent,
+        r.feedback,
+        r.before,
+        r.store,
+        r.workspace,
+        runner.sandbox_for(r.sandbox),
+        runner.research_mounts(r.workspace, r.data_dir, r.base_dir),
+        step_limits(r.sandbox, r.limits._replace(max_flops=None)),
+        r.sandbox.part_caps(),
     )
