@@ -428,7 +428,7 @@ def test_a_tau_write_the_model_never_chose_is_not_its_own() -> None:
     episodes = [honest, solver, handed]
     scopes = domain.written_scopes(episodes)
     assert scopes[0] == [opening]  # "Yes." and the goodbye are every task's
-    counts = provenance.tracer(domain)(episodes, exchanges, True)
+    counts = provenance.tracer(domain.written_lines, domain.written_scopes)(episodes, exchanges, True)
     assert counts[0] == {"lines": 2, "model": 2, "handed": 0, "harness": 0, "complete": True}, counts
     # the honest episode's cancel does not credit the solver's: not in its own exchanges
     assert counts[1] == {"lines": 2, "model": 0, "handed": 0, "harness": 2, "complete": True}, counts

@@ -27,7 +27,7 @@ from vtb.blind import null_model, secret_of
 from vtb.build import check_data, floor_of, flops_floor_calibration, reference_model_config
 from vtb.build import run_id as run_id_of
 from vtb.config import BenchConfig, ModelConfig
-from vtb.domains.registry import get_domain
+from vtb.domains.registry import get_domain, hooks
 from vtb.ledger import Ledger, StepLimits, check_budget
 from vtb.results import Candidate, DataResult, Grade, ModelResult, PlayResult, RunOutcome, System, TurnOutcome
 from vtb.step_requests import UNLIMITED, DataRequest, ModelRequest, PlayRequest, TrainRequest, TurnRequest
@@ -540,7 +540,7 @@ class Bench:
 
     def auditable(self) -> bool:
         """Whether the domain has a single task text to swap in a provenance audit (math, terminal)."""
-        return hasattr(get_domain(self.cfg.task.name), "audit_text")
+        return hooks(get_domain(self.cfg.task.name)).audit_text is not None
 
     def grading_workers(self) -> int:
         """How many grading plays run at once: one on a GPU (a model server each would share it)."""

@@ -22,7 +22,7 @@ from vtb import progress, provenance, runner, safefs, salt
 from vtb.agents.turn import take_turn
 from vtb.blind import blind, real_ids, secret_of
 from vtb.config import BenchConfig, ModelConfig, SandboxConfig, TaskConfig
-from vtb.domains.registry import get_domain
+from vtb.domains.registry import get_domain, hooks
 from vtb.engine.select import engine_env
 from vtb.hashing import hash_dir, hash_file, hash_json
 from vtb.ledger import Charge, StepLimits
@@ -358,9 +358,11 @@ def play(request: PlayRequest) -> PlayResult:
     env = engine_env(r.engine.name, r.engine.options, r.engine.fallback)
     cache = engine_cache_for(r.engine.name)
     outcome = runner.EpisodeOutcome({}, Charge(), [], 0, [], [])
-    text_of = getattr(domain, "audit_text", None) if r.audit else None
+    hook = hooks(domain)
+    text_of = hook.audit_text if r.audit else None
     # the written check (vtb/provenance.py): test plays of a domain whose answers it traces
-    trace = provenance.tracer(domain) if split == "test" and not r.audit else None
+    traced = split == "test" and not r.audit
+    trace = provenance.tracer(hook.written_lines, hook.written_scopes) if traced else None
     audited: list[tuple[list, set[int]]] = []
     max_flops = r.limits.max_flops
     for part in shards:
@@ -392,9 +394,7 @@ def play(request: PlayRequest) -> PlayResult:
         pairs = [
             p.to_json()
             for part, swapped in audited
-            for p in provenance.audit_pairs(
-                part, swapped, text_of, getattr(domain, "reward_as", None), scored
-            )
+            for p in provenance.audit_pairs(part, swapped, text_of, hook.reward_as, scored)
         ]
     # by real id, like the rewards; decoys (other opaque ids of the same episodes) left out
     written = (
@@ -420,7 +420,7 @@ def play(request: PlayRequest) -> PlayResult:
         denials=outcome.denials[:50],
         stderr_tail=outcome.stderr_tail,
         engine=outcome.engine,
-        artifacts=domain.artifacts(episodes) if hasattr(domain, "artifacts") else {},
+        artifacts=hook.artifacts(episodes) if hook.artifacts else {},
         audit=pairs,
         written=written,
     )

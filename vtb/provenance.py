@@ -213,16 +213,14 @@ def written(
     return counts
 
 
-def tracer(domain) -> Callable[[list, list[Exchange], bool], list[dict]] | None:
-    """The written check of one play for `domain`, or None where its answers are not traced.
+def tracer(lines_of: Callable | None, scopes_of: Callable | None = None) -> Callable | None:
+    """The written check of one play, or None where the domain's answers are not traced.
 
-    A domain's `written_lines(episode)` gives each answer's lines; its optional
+    A domain's `written_lines(episode)` (`lines_of`) gives each answer's lines; its optional
     `written_scopes(episodes)` gives each episode the texts a prompt of its own holds, so that a
     line is credited only by that episode's exchanges (tau's tool names are common to all)."""
-    lines_of = getattr(domain, "written_lines", None)
     if lines_of is None:
         return None
-    scopes_of = getattr(domain, "written_scopes", None)
 
     def trace(episodes: list, exchanges: list[Exchange], complete: bool) -> list[dict]:
         scopes = scopes_of(episodes) if scopes_of else [None] * len(episodes)

@@ -8,8 +8,9 @@ vtb.sandbox.runtime.SANDBOX_CODE; vtb/domains/__init__.py stays import-free for 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from vtb.config import TaskConfig, TrainerConfig
 from vtb.registry import Registry
@@ -18,17 +19,8 @@ from vtb.sandbox.base import Sandbox
 
 
 class Domain(Protocol):
-    """What every domain provides. Optional hooks, looked up where used:
-
-    - `audit_text(episode) -> str`, `reward_as(episode, other) -> float`: the provenance audit's swap
-      (math, terminal; vtb/provenance.py);
-    - `written_lines(episode) -> list[tuple[str, list[str]]]`: each line of its answer the model must
-      have written, with the pieces an edit put into it (the written check: SWE-bench, tau;
-      vtb/provenance.py), and `written_scopes(episodes) -> list[list[str]]`: texts a prompt of each
-      episode's own holds, where its lines would otherwise be credited by any episode's (tau);
-    - `artifacts(episodes)`, `check_sandbox(data_dir, backend)`, `preflight(...)`: grader files for
-      the record, and checks before any budget is spent.
-    """
+    """What every domain provides. What some provide is in `Hooks` (read through `hooks`), and
+    its own checks before any budget in `vtb.preflight.DomainCheck`."""
 
     name: str
     config: type[TaskConfig]  # its settings: TaskConfig or a subclass with the domain's own fields
@@ -72,6 +64,29 @@ class ScoredEpisode(Episode, Protocol):
     def record(self) -> dict:
         """A JSON-able account of the episode for the run record (no hidden labels needed to read it)."""
         ...
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """A domain's optional methods, each None where the domain has none; `hooks(domain)` is the
+    one place they are looked up, so what is optional, and what its absence means, is here."""
+
+    # the provenance audit's swap (math, terminal; vtb/provenance.py): the one task text of an
+    # episode, and the reward its answer would get on another episode (None: scored as its own)
+    audit_text: Callable[[Any], str] | None = None
+    reward_as: Callable[[Any, Any], float] | None = None
+    # the written check (SWE-bench, tau; vtb/provenance.py): each answer line the model must have
+    # written, with the pieces an edit put into it; and per episode the texts a prompt of its own
+    # holds, where its lines would otherwise be credited by any episode's (tau)
+    written_lines: Callable[[Any], list[tuple[str, list[str]]]] | None = None
+    written_scopes: Callable[[list], list[list[str]]] | None = None
+    # grader files for the record (SWE-bench's report.json files); None: none
+    artifacts: Callable[[list], dict] | None = None
+
+
+def hooks(domain: Domain) -> Hooks:
+    """The optional methods `domain` has (a domain from an outside package may have none)."""
+    return Hooks(**{f.name: getattr(domain, f.name, None) for f in fields(Hooks)})
 
 
 BUILTIN = ("math", "tau", "terminal", "swe")  # each registers itself on import
