@@ -194,54 +194,39 @@ def write_system(
     )
 
 
+@dataclass(frozen=True)
 class RowSystems:
-    """The systems of a domain whose training data are SFT rows from `make_rows` (terminal, swe).
+    """The systems of a domain whose training data are SFT rows from `make_rows` (terminal, swe),
+    held by the domain (not inherited): its `write_*_system` methods call these with its harness.
 
     Initial: task.initial_data_size rows, a task.initial_noise share of them flawed, the
-    configured trainer and harnesses/plain. Reference: `reference_rows` clean rows,
-    `reference_trainer` and harnesses/<reference_harness>.
+    configured trainer. Reference: `reference_rows` clean rows and `reference_trainer`.
     """
 
-    make_rows: Callable[..., list[dict]]  # (pool, n, seed, flawed=share) -> rows, a staticmethod
-    harnesses: Path
+    make_rows: Callable[..., list[dict]]  # (pool, n, seed, flawed=share) -> rows
     readme: str
     reference_rows: int
     reference_trainer: dict
-    reference_harness: str
 
-    def harness_for(self, task: TaskConfig, system: str) -> Path:
-        """The shipped harness folder of the "initial" or "reference" system for this task."""
-        return self.harnesses / ("plain" if system == "initial" else self.reference_harness)
-
-    def write_initial_system(
-        self, ws: Path, task: TaskConfig, trainer: TrainerConfig, data_dir: Path
+    def write_initial(
+        self, ws: Path, task: TaskConfig, trainer: TrainerConfig, data_dir: Path, harness: Path
     ) -> None:
+        rows, seed = task.initial_data_size, task.data_seed
         write_system(
             ws,
             data_dir,
             self.make_rows,
-            task.initial_data_size,
-            task.data_seed,
+            rows,
+            seed,
             trainer_dict(trainer),
-            self.harness_for(task, "initial"),
+            harness,
             self.readme,
             task.initial_noise,
         )
 
-    def split(self, data_dir: Path, name: str) -> list[dict]:
-        return read_split(data_dir, name)
-
-    def write_reference_system(self, ws: Path, task: TaskConfig, data_dir: Path) -> None:
-        write_system(
-            ws,
-            data_dir,
-            self.make_rows,
-            self.reference_rows,
-            task.data_seed + 1,
-            self.reference_trainer,
-            self.harness_for(task, "reference"),
-            self.readme,
-        )
+    def write_reference(self, ws: Path, task: TaskConfig, data_dir: Path, harness: Path) -> None:
+        rows, seed = self.reference_rows, task.data_seed + 1
+        write_system(ws, data_dir, self.make_rows, rows, seed, self.reference_trainer, harness, self.readme)
 
 
 def tally(episodes: list, task_of) -> tuple[dict[str, list[bool]], dict[str, float], int]:

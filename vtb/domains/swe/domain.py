@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from vtb.config import SandboxConfig, TaskConfig
+from vtb.config import SandboxConfig, TaskConfig, TrainerConfig
 from vtb.domains import common
 from vtb.domains.registry import register_domain
 from vtb.domains.swe import checks, generator, grading, real
@@ -65,10 +65,29 @@ class SweConfig(TaskConfig):
 
 
 @register_domain("swe")
-class SweDomain(common.RowSystems):
+class SweDomain:
     config = SweConfig
-    name, harnesses, readme, make_rows = "swe", HARNESSES, WORKSPACE_README, staticmethod(datatools.make_rows)
-    reference_rows, reference_trainer, reference_harness = REFERENCE_ROWS, REFERENCE_TRAINER, "fuzzy"
+    name = "swe"
+    rows = common.RowSystems(datatools.make_rows, WORKSPACE_README, REFERENCE_ROWS, REFERENCE_TRAINER)
+
+    # --- the initial and reference systems --------------------------------------------------
+    def harness_for(self, task: TaskConfig, system: str) -> Path:
+        """The shipped harness folder of the "initial" or "reference" system; real instances get
+        the shell harness for both (their start message has no files to edit)."""
+        if task.source != "embedded":
+            return HARNESSES / "shell"
+        return HARNESSES / ("plain" if system == "initial" else "fuzzy")
+
+    def write_initial_system(
+        self, ws: Path, task: TaskConfig, trainer: TrainerConfig, data_dir: Path
+    ) -> None:
+        self.rows.write_initial(ws, task, trainer, data_dir, self.harness_for(task, "initial"))
+
+    def write_reference_system(self, ws: Path, task: TaskConfig, data_dir: Path) -> None:
+        self.rows.write_reference(ws, task, data_dir, self.harness_for(task, "reference"))
+
+    def split(self, data_dir: Path, name: str) -> list[dict]:
+        return common.read_split(data_dir, name)
 
     # --- provisioning -----------------------------------------------------------------------
     def provision(self, task: TaskConfig, out: Path) -> dict:
@@ -175,10 +194,6 @@ class SweDomain(common.RowSystems):
                 f"swe_bench instances ({shown}) run in their official SWE-bench images: use sandbox=docker "
                 f"(not sandbox={backend}); to grade existing predictions: python -m vtb.domains.swe.evaluate"
             )
-
-    def harness_for(self, task: TaskConfig, system: str) -> Path:
-        """Real instances: the shell harness for both systems (their start message has no files to edit)."""
-        return super().harness_for(task, system) if task.source == "embedded" else HARNESSES / "shell"
 
     # The written check (vtb/provenance.py): the lines a scored patch adds must be the model's writing.
     def written_lines(self, episode) -> list[tuple[str, list[str]]]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vtb import salt
-from vtb.config import SandboxConfig, TaskConfig
+from vtb.config import SandboxConfig, TaskConfig, TrainerConfig
 from vtb.domains import common
 from vtb.domains.registry import register_domain
 from vtb.domains.terminal import checks, generator, images, loaders
@@ -67,15 +67,26 @@ class TerminalConfig(common.TrialsConfig):
 
 
 @register_domain("terminal")
-class TerminalDomain(common.RowSystems):
+class TerminalDomain:
     config = TerminalConfig
-    name, harnesses, readme, make_rows = (
-        "terminal",
-        HARNESSES,
-        WORKSPACE_README,
-        staticmethod(datatools.make_rows),
-    )
-    reference_rows, reference_trainer, reference_harness = REFERENCE_ROWS, REFERENCE_TRAINER, "repair"
+    name = "terminal"
+    rows = common.RowSystems(datatools.make_rows, WORKSPACE_README, REFERENCE_ROWS, REFERENCE_TRAINER)
+
+    # --- the initial and reference systems --------------------------------------------------
+    def harness_for(self, task: TaskConfig, system: str) -> Path:
+        """The shipped harness folder of the "initial" or "reference" system."""
+        return HARNESSES / ("plain" if system == "initial" else "repair")
+
+    def write_initial_system(
+        self, ws: Path, task: TaskConfig, trainer: TrainerConfig, data_dir: Path
+    ) -> None:
+        self.rows.write_initial(ws, task, trainer, data_dir, self.harness_for(task, "initial"))
+
+    def write_reference_system(self, ws: Path, task: TaskConfig, data_dir: Path) -> None:
+        self.rows.write_reference(ws, task, data_dir, self.harness_for(task, "reference"))
+
+    def split(self, data_dir: Path, name: str) -> list[dict]:
+        return common.read_split(data_dir, name)
 
     # --- provisioning -----------------------------------------------------------------------
     def provision(self, task: TaskConfig, out: Path) -> dict:
