@@ -322,7 +322,7 @@ def copier_model_dir(tmp_path_factory):
     return _toy_model(tmp_path_factory, "copier", steps=300, n_texts=2000)
 
 
-def play_split(
+def play_request(
     harness,
     model,
     split: str,
@@ -334,15 +334,13 @@ def play_split(
     gpu_seconds=None,
     **fields,
 ):
-    """`pipeline.play` outside a bench (its request's key hashes left blank: nothing is cached).
+    """A play step's request outside a bench (its key's hashes left blank: nothing is cached).
 
     `fields` are PlayRequest's others: mode ("audit"), flops_per_episode, shard, engine."""
-    from vtb import pipeline
     from vtb.ledger import StepLimits
     from vtb.step_requests import PlayRequest
 
-    limits = StepLimits(max_flops, cpu_seconds, gpu_seconds)
-    request = PlayRequest(
+    return PlayRequest(
         harness_dir=harness,
         harness_hash="",
         model_dir=model,
@@ -352,10 +350,16 @@ def play_split(
         data_dir=data_dir,
         task=task,
         sandbox=sandbox,
-        limits=limits,
+        limits=StepLimits(max_flops, cpu_seconds, gpu_seconds),
         **fields,
     )
-    return pipeline.play(request)
+
+
+def play_split(*args, **kwargs):
+    """`pipeline.play` of `play_request(*args, **kwargs)`."""
+    from vtb import pipeline
+
+    return pipeline.play(play_request(*args, **kwargs))
 
 
 def bare_research_env(tmp_path, backend: str, trainer: dict | None = None, limits: tuple = (60, 60)):

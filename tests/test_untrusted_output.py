@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BACKENDS, cli_turn_env, sandbox_backend
+from tests.conftest import BACKENDS, cli_turn_env, play_request, sandbox_backend
 from vtb.sandbox.output import MAX_LINE_BYTES
 
 JUNK = r"""
@@ -68,8 +68,7 @@ def test_a_hostile_harness_costs_only_its_episodes(
 
     from steps import play_step
     from vtb.config import SandboxConfig
-    from vtb.ledger import Ledger, StepLimits
-    from vtb.step_requests import PlayRequest
+    from vtb.ledger import Ledger
 
     sandbox_backend(backend)
     cfg, data_dir = math_data
@@ -77,18 +76,8 @@ def test_a_hostile_harness_costs_only_its_episodes(
     harness.mkdir()
     (harness / "harness.py").write_text(HOSTILE_HARNESS)
     task = replace(cfg.task, round_timeout_s=20, per_episode_timeout_s=1)
-    request = PlayRequest(
-        harness_dir=harness,
-        harness_hash="",
-        model_dir=toy_model_dir,
-        weights_key=None,
-        split=split,
-        split_hash="",
-        data_dir=data_dir,
-        task=task,
-        sandbox=SandboxConfig(backend=backend, step_wall_s=120, step_cpu_s=120),
-        limits=StepLimits(None, 120.0),
-    )
+    sandbox = SandboxConfig(backend=backend, step_wall_s=120, step_cpu_s=120)
+    request = play_request(harness, toy_model_dir, split, data_dir, task, sandbox, cpu_seconds=120.0)
     out = play_step.fn(request)  # the null-model check is this very play with a null model's folder
     assert out.score == 0.0 and out.n == 6
     # Its forged usage file is not read: the FLOPs are the model server's (no request: none).
