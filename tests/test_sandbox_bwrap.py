@@ -210,15 +210,30 @@ def test_works_without_pidfd(monkeypatch):
 
 
 @needs_bwrap
-def test_cgroups_are_removed_after_each_sandbox():
+def test_cgroups_are_removed_after_each_sandbox(monkeypatch):
+    """Every cgroup these sandboxes made (CPU, memory, pids) is gone after them. Ours are told by
+    the paths the makers returned: other processes (the suite's other worker) make and remove
+    theirs meanwhile, so the parent's listing before and after says nothing of ours."""
     sandbox = make_sandbox("bwrap")
     if not sandbox.exact_cpu:
         pytest.skip("no cgroup metering on this host")
-    parent = cgroups._parent()[0]
-    before = {p.name for p in parent.glob("vtb-sandbox-*")}
+    made: list[Path] = []
+
+    def recorded(make):
+        def wrapper(*args, **kwargs):
+            out = make(*args, **kwargs)
+            if out is not None:
+                made.append(Path(getattr(out, "path", out)))
+            return out
+
+        return wrapper
+
+    for name in ("create", "create_memory", "create_pids"):
+        monkeypatch.setattr(cgroups, name, recorded(getattr(cgroups, name)))
     sandbox.run(["sh", "-c", "sleep 0.3 &"], mounts=runtime_mounts(), limits=LIMITS)
     sandbox.run(["sleep", "5"], mounts=runtime_mounts(), limits=Limits(wall_seconds=0.3))
-    assert {p.name for p in parent.glob("vtb-sandbox-*")} <= before  # ours are gone (others may end too)
+    assert any(p.name.startswith("vtb-sandbox-") or p.name.startswith("vtb-mem-") for p in made), made
+    assert [p for p in made if p.exists()] == []
 
 
 @needs_bwrap
