@@ -8,6 +8,8 @@ every sandbox mounts as the runtime: a sandbox must still see only the sandbox's
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -48,16 +50,69 @@ def test_the_wheel_holds_every_tracked_file_the_code_reads(wheel) -> None:
     assert any(n.endswith("share/vibetraining-bench/conf/bench.yaml") for n in names)
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory, wheel) -> Path:
-    """The python of a new user's environment of their own with the wheel installed (`pip install .`,
-    not editable); its dependencies reused from this environment by a `.pth` path line (no
+def _prefix_python(root: Path) -> Path:
+    """A conda-like prefix made from this interpreter's base: `<root>/bin/python3.X` with its
+    standard library in `<root>/lib/python3.X` and an empty `site-packages` there, no venv (no
+    pyvenv.cfg: `sys.prefix` is the prefix itself), and its libpython found relative to itself
+    (`$ORIGIN/../lib`, as conda builds it). Hard links where the file system allows."""
+    base = Path(sys.base_prefix)
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    exe = Path(sys._base_executable).resolve()
+    (root / "bin").mkdir(parents=True)
+    lib = root / "lib"
+    lib.mkdir()
+
+    def link(src: str, dst: str) -> str:
+        try:
+            os.link(src, dst)
+            return dst
+        except OSError:  # another file system
+            return shutil.copy2(src, dst)
+
+    shutil.copytree(
+        base / "lib" / version,
+        lib / version,
+        copy_function=link,
+        ignore=lambda d, names: (
+            (["site-packages"] if Path(d) == base / "lib" / version else [])
+            + [n for n in names if n == "test"]  # the standard library's own tests
+        ),
+    )
+    (lib / version / "site-packages").mkdir()
+    for so in base.glob("lib/libpython*.so*"):
+        link(str(so), str(lib / so.name))
+    binary = exe.read_bytes()
+    old = str(base / "lib").encode() + b"\0"  # an absolute RUNPATH (pyenv's) would point back at the base
+    if old in binary:
+        new = b"$ORIGIN/../lib"
+        binary = binary.replace(old, new + b"\0" * (len(old) - len(new)))
+    python = root / "bin" / version
+    python.write_bytes(binary)
+    python.chmod(0o755)
+    return python
+
+
+@pytest.fixture(scope="module", params=["venv", "conda-like"])
+def installed(request, tmp_path_factory, wheel) -> Path:
+    """The python of a new user's environment with the wheel installed (`pip install .`, not
+    editable): a venv of its own, or a conda-like prefix (the interpreter and its packages in one
+    prefix, no venv). Its dependencies reused from this environment by a `.pth` path line (no
     network; a path line, not a site dir, so this environment's editable vtb stays out)."""
-    env = tmp_path_factory.mktemp("non-editable") / "env"
-    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(env)], check=True, timeout=120)
-    (site,) = env.glob("lib/python*/site-packages")
+    root = tmp_path_factory.mktemp(request.param) / "env"
+    if request.param == "venv":
+        subprocess.run(
+            [sys._base_executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120
+        )
+        python = root / "bin" / "python"
+    else:
+        python = _prefix_python(root)
+        probe = [str(python), "-c", "import sys; print(sys.prefix == sys.base_prefix, sys.prefix)"]
+        assert subprocess.run(probe, capture_output=True, text=True, timeout=60).stdout.split() == [
+            "True",
+            str(root),
+        ]
+    (site,) = root.glob("lib/python*/site-packages")
     (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    python = env / "bin" / "python"
     subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", str(wheel)],
         check=True,
