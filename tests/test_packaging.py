@@ -111,14 +111,18 @@ def installed(request, tmp_path_factory, wheel) -> Path:
             "True",
             str(root),
         ]
-    (site,) = root.glob("lib/python*/site-packages")
-    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    ours = sorted(Path(sysconfig.get_paths()["purelib"]).glob("vibetraining_bench-*.dist-info"))
     subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", str(wheel)],
         check=True,
         capture_output=True,
         timeout=300,
     )
+    assert sorted(Path(sysconfig.get_paths()["purelib"]).glob("vibetraining_bench-*.dist-info")) == ours
+    # only now: pip in an environment that is not a venv takes every installed copy it can see for
+    # its own, and would uninstall this checkout's editable install through the path line
+    (site,) = root.glob("lib/python*/site-packages")
+    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return python
 
 
