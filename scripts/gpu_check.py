@@ -190,7 +190,8 @@ def step_play(c: Check) -> dict:
     from vtb import pipeline
     from vtb.compose import task_config
     from vtb.config import BenchConfig
-    from vtb.step_requests import DataRequest
+    from vtb.ledger import StepLimits
+    from vtb.step_requests import DataRequest, PlayRequest
 
     checkpoint = c.state.get("sft_checkpoint")
     if checkpoint is None or not Path(checkpoint).is_dir():
@@ -203,7 +204,19 @@ def step_play(c: Check) -> dict:
     store.mkdir(exist_ok=True)
     sid = pipeline.build_system("initial", BenchConfig(task=task), data_dir, store)
     harness = store / sid / "harness"
-    played = pipeline.play(harness, checkpoint, "val", data_dir, task, c.sandbox_cfg(), None, 1200.0, 600.0)
+    request = PlayRequest(
+        harness_dir=harness,
+        harness_hash="",  # played outside a bench: nothing is cached by its key
+        model_dir=checkpoint,
+        weights_key=None,
+        split="val",
+        split_hash="",
+        data_dir=data_dir,
+        task=task,
+        sandbox=c.sandbox_cfg(),
+        limits=StepLimits(None, 1200.0, 600.0),
+    )
+    played = pipeline.play(request)
     figures = {
         "engine": played.engine,
         "episodes": played.n,
