@@ -133,6 +133,7 @@ def test_a_cli_run_writes_each_system_once(tmp_path: Path, monkeypatch):
     from vtb.compose import compose_config
     from vtb.domains.registry import get_domain
     from vtb.pipeline import build_system, provision_data
+    from vtb.step_requests import DataRequest
 
     cfg = compose_config([f"cache_dir={tmp_path}", "task.n_pool=40", "task.n_val=5", "task.n_test=5"])
     domain = type(get_domain("math"))
@@ -147,7 +148,7 @@ def test_a_cli_run_writes_each_system_once(tmp_path: Path, monkeypatch):
         monkeypatch.setattr(domain, f"write_{kind}_system", counted)
     store = tmp_path / "snapshots"
     store.mkdir()
-    data = provision_data(cfg.task, tmp_path)
+    data = provision_data(DataRequest(cfg.task, tmp_path))
     first = check_data(cfg, data, store)  # the CLI, before the flow
     assert check_data(cfg, data, store) == first  # the flow's own preflight
     assert build_system("reference", cfg, Path(data.data_dir), store)  # the background reference
