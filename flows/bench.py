@@ -39,6 +39,7 @@ from vtb.build import run_id as run_id_of
 from vtb.compose import check_command_line, compose_config, to_config
 from vtb.config import CONF_DIR, BenchConfig
 from vtb.preflight import PreflightError
+from vtb.repro import start_fingerprint
 
 
 def run_bench(cfg: BenchConfig) -> dict:
@@ -149,6 +150,9 @@ def main(cfg: DictConfig) -> float:
         check_bench(bench_cfg)
     except ValueError as e:  # a refusal before any work: the reason and the fix, no traceback
         refuse(e)
+    # The probe's sandbox runs while Prefect starts its temporary server (6-14 s); the bench
+    # waits for its figures after its model step.
+    start_fingerprint(bench_cfg.sandbox)
     result = run_bench(bench_cfg)
     if result.get("state") == "errored":  # no score: the reason once, and where the record is
         reason = "".join(

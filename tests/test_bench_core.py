@@ -324,7 +324,8 @@ def test_a_budget_the_initial_system_spends_or_cannot_cover_is_an_errored_run(tm
 
 def test_grading_plays_run_at_once_and_a_play_asked_twice_runs_once(tmp_path) -> None:
     """Grading's plays (test, base-model; initial, submitted, reference) overlap, `grading_workers`
-    at a time; the initial system submitted again (the agent changed nothing) is one play per key."""
+    at a time in the grading pool (the initial's and reference's tests start in the background,
+    earlier); the initial system submitted again (the agent changed nothing) is one play per key."""
     import threading
     import time
 
@@ -334,21 +335,23 @@ def test_grading_plays_run_at_once_and_a_play_asked_twice_runs_once(tmp_path) ->
             self.lock, self.now, self.most = threading.Lock(), 0, 0
 
         def play(self, key, split, **params) -> PlayResult:
+            pooled = threading.current_thread().name.startswith("vtb-grade")  # not the background's
             with self.lock:
-                self.now += 1
+                self.now += pooled
                 self.most = max(self.most, self.now)
             time.sleep(0.2 if split == "test" else 0)
             with self.lock:
-                self.now -= 1
+                self.now -= pooled
             return super().play(key, split=split, **params)
 
     fake = Overlapping(tmp_path, [])
-    _, result = run(config(tmp_path, 0, "base_model_check=true", "grading_workers=3"), fake)
-    assert fake.most == 3
+    cfg = config(tmp_path, 0, "base_model_check=true", "regrade_check=true", "grading_workers=3")
+    _, result = run(cfg, fake)
+    assert fake.most == 3  # the pool's base-model, audit and regrade plays (the tests: background)
     tests = [r for r in fake.runs if r.startswith("play:")]
     # val; initial = submitted: test, base; reference: test (the checks play for the submission
-    # only); the submission's provenance audit
-    assert len(tests) == len(set(tests)) == 1 + 2 + 1 + 1
+    # only); the submission's provenance audit and regrade
+    assert len(tests) == len(set(tests)) == 1 + 2 + 1 + 1 + 1
     assert result["submitted"]["test_score"] == result["initial"]["test_score"]
 
 
@@ -383,6 +386,47 @@ def test_the_reference_trains_in_the_background_during_the_research(tmp_path) ->
     at_end = FakeSteps(tmp_path / "b", [{"score": 0.3}, {"score": 0.4}])
     _, expected = run(config(tmp_path / "b", 2, "sandbox.gpus=all"), at_end)  # GPUs: trained at the end
     assert result["reference"]["test_score"] == expected["reference"]["test_score"] > 0
+
+
+def test_the_initial_and_reference_systems_are_graded_in_the_background_during_the_research(tmp_path) -> None:
+    """The benchmark's own systems do not depend on the research: on CPUs their test plays start
+    as soon as they can (the initial's after iteration 0, the reference's once it is trained),
+    in background threads at the lower priority, uncapped (no grading allowance: nothing an agent
+    wrote), and grade the same as played at the end."""
+    import os
+    import threading
+
+    from vtb.bench import BACKGROUND_NICE
+
+    class Watching(FakeSteps):
+        def __init__(self, *args):
+            super().__init__(*args)
+            self.graded: dict[str, tuple[int, object]] = {}  # snapshot: (nice, cap) of its test play
+            self.both = threading.Event()
+            self.seen_by_last_turn = False
+
+        def play(self, key, harness_dir, model_dir, split, flops_per_episode=None, **params) -> PlayResult:
+            if split == "test" and threading.current_thread().name.startswith("vtb-background"):
+                nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+                self.graded[Path(harness_dir).parent.name] = (nice, flops_per_episode)
+                if len(self.graded) == 2:
+                    self.both.set()
+            return super().play(key, harness_dir, model_dir, split, **params)
+
+        def turn(self, key, feedback, **params) -> TurnOutcome:
+            if feedback.iteration == 2:
+                self.seen_by_last_turn = self.both.wait(timeout=20)
+            return super().turn(key, feedback, **params)
+
+    fake = Watching(tmp_path / "a", [{"score": 0.3}, {"score": 0.4}])
+    bench, result = run(config(tmp_path / "a", 2), fake)
+    assert fake.seen_by_last_turn
+    assert set(fake.graded) == bench.own_systems and len(bench.own_systems) == 2
+    assert set(fake.graded.values()) == {(BACKGROUND_NICE, None)}
+    at_end = FakeSteps(tmp_path / "b", [{"score": 0.3}, {"score": 0.4}])
+    _, expected = run(config(tmp_path / "b", 2, "sandbox.gpus=all"), at_end)  # GPUs: graded at the end
+    for label in ("initial", "reference"):
+        assert result[label]["test_score"] == expected[label]["test_score"] > 0
 
 
 def test_a_flagged_submission_is_scored_and_marked_and_a_regrade_is_compared(tmp_path) -> None:
@@ -582,10 +626,14 @@ def test_grading_may_spend_what_validation_did_per_episode_and_a_harness_past_it
         return dataclasses.replace(out, killed=["flops"])  # it tried to spend more: refused
 
     fake.play = spending_play
-    _, result = run(config(tmp_path, 1), fake)
+    bench, result = run(config(tmp_path, 1), fake)
     validated = {v for v in caps.values() if v is not None}
     assert validated == {GRADING_SLACK * PLAY_FLOPS / 10}  # val: PLAY_FLOPS over 10 episodes
-    assert list(caps.values()).count(None) == 1  # the reference system's harness: ours, never validated
+    # the initial and reference systems are ours (nothing an agent wrote): graded uncapped, so
+    # their grading can run before the research ends; the submission (iteration 1) is capped
+    uncapped = {Path(h).parent.name for h, cap in caps.items() if cap is None}
+    assert len(uncapped) == 2 and uncapped == bench.own_systems
+    assert result["submitted"]["iteration"] == 1
     assert result["submitted"]["flagged_by_grading_cap"] is True
     from vtb.leaderboard import is_flagged
 

@@ -109,7 +109,10 @@ class Bench:
         self.timings: list[dict] = []  # per step call: wall in the orchestrator, wall in the sandbox, cached
         self.charged: set[str] = set()  # step keys already charged in this run
         self._grading: dict[str, Future] = {}  # grading plays by key: one play per key, however often asked
+        self._grading_lock = threading.Lock()  # the background and the main thread both start plays
         self._reference: Future | None = None  # the reference system trained in the background (run)
+        self._validated = threading.Event()  # iteration 0 is validated: grading's shard size is known
+        self.own_systems: set[str] = set()  # snapshot ids of the initial and reference systems (provision)
         self.t0 = time.monotonic()
         self.watch = watch or Watch()
         self._log = log or (lambda msg: progress.say(f"[bench {time.monotonic() - self.t0:6.1f}s] {msg}"))
@@ -117,16 +120,17 @@ class Bench:
     def run(self) -> dict:
         """The whole bench; returns result.json's content.
 
-        The reference system does not depend on the research, so on CPUs it trains in a
-        background thread at a lower priority (BACKGROUND_NICE) from provisioning on: it uses
-        the cycles the research leaves idle (interpreter starts, agent turns) rather than
-        waiting for the end. With GPUs it trains at the end, as it would share the GPU.
+        The reference and initial systems do not depend on the research, so on CPUs the
+        reference trains, and both are graded, in background threads at a lower priority
+        (BACKGROUND_NICE) as soon as they can be: they use the cycles the research leaves idle
+        (interpreter starts, agent turns) rather than waiting for the end. With GPUs that all
+        happens at the end, as it would share the GPU.
         """
         self.rec.start(self.cfg)
         try:
             self.provision()
             if self.cfg.reference and not self.cfg.sandbox.gpus:
-                self._reference = in_background(self.reference_system)
+                self._reference = in_background(self._reference_graded)
             self.iterate()
         except RunError as e:
             self._log(f"errored: {e}")
@@ -142,10 +146,13 @@ class Bench:
         self.timings.append(
             {
                 "step": name,
+                "name": run_name,
+                "started_s": round(start - self.t0, 3),  # into the run, as the log's clock
                 "split": getattr(request, "split", None),
                 "cached": cached,
                 "wall_seconds": round(time.monotonic() - start, 3),
                 "sandbox_wall_seconds": inside,
+                "cpu_seconds": 0.0 if cached or charge is None else round(charge.cpu_seconds, 3),
             }
         )
         return out
@@ -169,13 +176,19 @@ class Bench:
     def provision(self, calibrate: Callable | None = None) -> None:
         cfg = self.cfg
         self._log(f"run {self.run_id}: provisioning data and the {cfg.model.name} base model")
+        probe = repro.start_fingerprint(cfg.sandbox)  # a few seconds in a sandbox, beside the next steps
         self.data: DataResult = self._call("data", "provision-data", DataRequest(cfg.task, self.cache))
         self.data_dir = Path(self.data.data_dir)
         self.initial = self._preflight()
-        self.reproducibility = repro.fingerprint(cfg.sandbox)  # a few seconds, on this machine
-        self._log(f"reproducibility fingerprint {record.fingerprint_line(self.reproducibility)}")
+        # the benchmark's own systems: graded uncapped, so whenever their grading runs (grading_allowance)
+        reference = (
+            pipeline.build_system("reference", cfg, self.data_dir, self.store) if cfg.reference else None
+        )
+        self.own_systems = {self.initial, *([reference] if reference else [])}
         self.model = self._provision_model(cfg.model, "provision-model")
         self.base_dir = Path(self.model.base_dir)
+        self.reproducibility = dict(probe.result())  # before the calibration, which must run alone
+        self._log(f"reproducibility fingerprint {record.fingerprint_line(self.reproducibility)}")
         self._log(f"data {self.data.counts}, base model {self.model.n_params} params")
         self._log(
             "FLOPs floor: this machine's engine rates for this model shape (measured once, then cached)"
@@ -259,29 +272,34 @@ class Bench:
         )
 
     def _grading_play(
-        self, pool: ThreadPoolExecutor, system: System, weights: Path | None, mode: str, label: str
+        self, pool: ThreadPoolExecutor | None, system: System, weights: Path | None, mode: str, label: str
     ) -> Future:
-        """A grading play (unbudgeted, test split) started in `pool`; the same key twice is one play.
+        """A grading play (unbudgeted, test split) started in `pool`, or in a background thread
+        (None); the same key twice is one play.
 
         Its run name says the system and the check: `grade-submitted`, `grade-submitted-null-check`,
         `grade-initial-base-model`, `grade-submitted-regrade`."""
         request = self._grading_request(system, weights, mode)
         key = request.key()
-        if key not in self._grading:
-            self._charge("play-test", -1, key, None, budgeted=False)  # marks the key; no ledger entry
-            run = contextvars.copy_context().run  # the flow's context (Prefect's run) in the worker
-            name = (
-                f"grade-{label}"
-                + {
-                    "model": "",
-                    "null": "-null-check",
-                    "base": "-base-model",
-                    "regrade": "-regrade",
-                    "audit": "-provenance-audit",
-                }[mode]
-            )
-            self._grading[key] = pool.submit(run, self._call, "play", name, request)
-        return self._grading[key]
+        with self._grading_lock:
+            if key not in self._grading:
+                self._charge("play-test", -1, key, None, budgeted=False)  # marks the key; no ledger entry
+                name = (
+                    f"grade-{label}"
+                    + {
+                        "model": "",
+                        "null": "-null-check",
+                        "base": "-base-model",
+                        "regrade": "-regrade",
+                        "audit": "-provenance-audit",
+                    }[mode]
+                )
+                if pool is None:
+                    self._grading[key] = in_background(lambda: self._call("play", name, request))
+                else:
+                    run = contextvars.copy_context().run  # the flow's context (Prefect's run) in the worker
+                    self._grading[key] = pool.submit(run, self._call, "play", name, request)
+            return self._grading[key]
 
     def _grading_request(self, system: System, weights: Path | None, mode: str) -> PlayRequest:
         """A grading play: unbudgeted, test split, capped per episode, in val-shaped shards (a
@@ -299,11 +317,16 @@ class Bench:
 
     def grading_allowance(self, system: System) -> float | None:
         """The model FLOPs per episode grading allows a harness: GRADING_SLACK x the most its
-        validation plays spent per episode (None for a harness never validated, e.g. ours).
+        validation plays spent per episode (None for a harness never validated).
 
         Grading is not charged to the budget, so without a cap a harness that can tell grading
         from validation could spend there what it never paid for (issue 37: 4e4 x its val spend).
+        The benchmark's own systems (initial, reference: our harnesses, nothing an agent wrote)
+        are graded uncapped, so their grading does not depend on the research's history and can
+        start before the research ends (`run`).
         """
+        if system.snapshot in self.own_systems:
+            return None
         harness = part_hashes(self.store / system.snapshot)["harness"]
         spent = [
             (c.val or {}).get("charge", {}).get("flops", 0.0) / max(1, (c.val or {}).get("n", 0))
@@ -374,6 +397,10 @@ class Bench:
             )
         if why:
             raise RunError(why)
+        self._validated.set()  # grading plays can be shaped now (val_size)
+        initial = self.history[0].system
+        if not cfg.sandbox.gpus and initial.weights is not None:  # graded in the background (run)
+            self._grading_play(None, initial, None, "model", "initial")
         ws = self.rec.dir / "workspace"
         before = self.initial
         for it in range(1, cfg.agent.max_iterations + 1):
@@ -545,6 +572,15 @@ class Bench:
     def grading_workers(self) -> int:
         """How many grading plays run at once: one on a GPU (a model server each would share it)."""
         return 1 if self.cfg.sandbox.gpus else max(1, self.cfg.grading_workers)
+
+    def _reference_graded(self) -> tuple[System, dict]:
+        """The reference system (`reference_system`), its grading play started in the background
+        once iteration 0 has been validated (the play's shards are validation's size)."""
+        system, reference = self.reference_system()
+        self._validated.wait()  # never set when iteration 0 fails: the run errors, this daemon thread ends with it
+        if system.weights is not None:
+            self._grading_play(None, system, None, "model", "reference")
+        return system, reference
 
     def reference_system(self) -> tuple[System, dict]:
         """The domain's reference system: its recipe trained here (not charged), or a released model."""

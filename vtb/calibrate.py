@@ -12,8 +12,12 @@ the bench's backend exactly as a step is (interpreter start, imports and all):
 - train: the built-in trainer for TRAIN_STEPS steps on the initial system's data (more steps
   when those were over too soon to time).
 
-Each is run REPEATS times; a kind's rate is its reported FLOPs over its CPU-seconds past
-start-up, the fastest of the repeats (load only slows a run). An honest step of the same kind
+A kind's rate is its reported FLOPs over its CPU-seconds past start-up, the fastest of the
+rounds (load only slows a run). Rounds repeat, up to REPEATS, until one ran on an otherwise
+quiet machine: the whole machine's busy CPU-seconds (/proc/stat, time stolen by the hypervisor
+included) past the round's own were under QUIET_SHARE of them. Another round then measures
+the same thing again; where the machine's load cannot be read (no /proc/stat) or is someone
+else's (a container shown its host's counters), every round runs. An honest step of the same kind
 on the same model then reports about rate × its seconds (on the default math bench 0.7× to
 5×; longer runs amortise more), the fraction is the slack below that, and a step that
 reports far less is charged the floor.
@@ -45,7 +49,8 @@ CODE = ("engine", "models", "calibrate.py", "sandbox/runtime.py")  # the code th
 TRAIN_STEPS = 12  # first try; more when these take under MIN_BUSY_CPU_SECONDS past start-up
 MAX_TRAIN_STEPS = 2000
 MIN_BUSY_CPU_SECONDS = 3.0
-REPEATS = 2  # each measurement; the fastest counts
+REPEATS = 2  # rounds at most (each: start-up, infer, train); the fastest counts
+QUIET_SHARE = 0.1  # a round with less other CPU work on the machine than this share of its own was unloaded
 INFER_PROMPTS = 32
 INFER_TOKENS = 32  # new tokens per prompt and batch
 INFER_CPU_SECONDS = 4.0  # batches are generated until the process has used this much CPU past loading
@@ -121,7 +126,9 @@ def load_or_calibrate(
             if path != local:
                 _write(local, found)
             return found
-    say(f"[calibrate] no rates for this machine and model shape yet: measuring ({REPEATS} rounds, 1-3 min)")
+    say(
+        f"[calibrate] no rates for this machine and model shape yet: measuring (up to {REPEATS} rounds, 1-3 min)"
+    )
     started = time.monotonic()
     found = {"machine": facts, **measure(sandbox, base_dir, system_dir)}
     say(
@@ -189,9 +196,11 @@ def measure(sandbox: Sandbox, base_dir: Path, system_dir: Path) -> dict:
         steps = TRAIN_STEPS
         for repeat in range(REPEATS):
             say(f"[calibrate] {repeat + 1}/{REPEATS}: the inference engine, then the trainer")
+            busy_before, own = machine_busy_seconds(), 0.0
             code = INFER_PROBE.format(n=INFER_PROMPTS, tokens=INFER_TOKENS, cpu=INFER_CPU_SECONDS)
             result = _run(sandbox, code, mounts, limits, "the inference engine")
             charge = runner.charge_of(result)
+            own += charge.cpu_seconds
             points["infer"].append(_point(charge.flops, charge.cpu_seconds))
             # Start-up: the run's CPU-seconds metered outside, less the probe's own work past loading.
             startup = max(0.0, charge.cpu_seconds - _work_seconds(result.stdout))
@@ -202,11 +211,16 @@ def measure(sandbox: Sandbox, base_dir: Path, system_dir: Path) -> dict:
                 out = runner.train(sandbox, cand, base_dir, Path(tmp) / "out", seed=0, limits=limits)
                 if not out.ok:
                     raise RuntimeError(f"calibration: the built-in trainer failed: {out.log[-2000:]}")
+                own += out.charge.cpu_seconds
                 busy = out.charge.cpu_seconds - startup
                 if busy >= MIN_BUSY_CPU_SECONDS or steps >= MAX_TRAIN_STEPS:
                     break
                 steps = min(MAX_TRAIN_STEPS, math.ceil(steps * 2 * MIN_BUSY_CPU_SECONDS / max(busy, 0.2)))
             points["train"].append(_point(out.charge.flops, out.charge.cpu_seconds))
+            other = _other_load(busy_before, own)
+            points.setdefault("other_cpu_seconds", []).append(other)
+            if other is not None and other < QUIET_SHARE * own:
+                break  # measured unloaded: another round could only find the same or slower
     # Load only ever slows a run down, so the fastest of the repeats is the machine's rate.
     startup = min(p["cpu_seconds"] for p in points["startup"])
     rates = {kind: max(_rate(p, startup) for p in points[kind]) for kind in ("train", "infer")}
@@ -217,6 +231,29 @@ def measure(sandbox: Sandbox, base_dir: Path, system_dir: Path) -> dict:
         "startup_cpu_seconds": round(startup, 3),
         "points": points,
     }
+
+
+def machine_busy_seconds() -> float | None:
+    """CPU-seconds this machine's CPUs have been busy since boot (/proc/stat: every state but
+    idle and I/O wait; time stolen by a hypervisor counts as busy), or None where unreadable."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            first = f.readline(512).split()
+        if first[:1] != [b"cpu"]:
+            return None
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in first[1:9])
+    except (OSError, ValueError):
+        return None
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def _other_load(busy_before: float | None, own: float) -> float | None:
+    """CPU-seconds the machine spent on anything but this round's sandboxes (`own`) since
+    `busy_before`; None where it cannot be read."""
+    busy_after = machine_busy_seconds()
+    if busy_before is None or busy_after is None:
+        return None
+    return round(max(0.0, busy_after - busy_before - own), 3)
 
 
 def _run(sandbox: Sandbox, code: str, mounts: list[Mount], limits: Limits, what: str):

@@ -148,7 +148,9 @@ class RunRecord:
         return out
 
     def write_timings(self, wall_seconds: float, steps: list[dict]) -> None:
-        """Wall time per step call, and how much of the run was spent in sandboxed compute.
+        """Per step call (by run name): when it started, its wall time in the orchestrator and in
+        its sandboxes, its metered CPU-seconds, whether the cache served it; and how much of the
+        run was spent in sandboxed compute.
 
         Grading's plays overlap (vtb/bench.py), so their sandbox seconds can add up to more than
         the wall time they took: the outside share is then a lower bound, never below 0.

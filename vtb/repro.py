@@ -14,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import threading
+from concurrent.futures import Future
 from importlib import metadata
 
 from vtb import runner
@@ -29,13 +31,34 @@ KEYS = ("probe", "cpu_capability", "threads", "torch")
 def fingerprint(cfg: SandboxConfig) -> dict:
     """The probe run in a sandbox of `cfg`, with the pins and versions: {"id", ...}. Once per
     process and sandbox shape: the machine does not change under a running process."""
+    return dict(start_fingerprint(cfg).result())
+
+
+def start_fingerprint(cfg: SandboxConfig) -> Future:
+    """The probe started in a thread (once per process and sandbox shape), for `fingerprint` to
+    wait on: its few seconds then overlap other start-up work (flows/bench.py starts it beside
+    the Prefect server). Its figures are a hash of bits, so load does not change them. A failed
+    probe is forgotten, so the next call runs it again."""
     shape = (cfg.backend, cfg.threads, cfg.reproducible, cfg.image, cfg.runtime, cfg.gpus, cfg.memory_mb)
-    if shape not in _SEEN:
-        _SEEN[shape] = _fingerprint(cfg)
-    return dict(_SEEN[shape])
+    with _LOCK:
+        if shape not in _SEEN:
+            future: Future = Future()
+            _SEEN[shape] = future
+
+            def probe() -> None:
+                try:
+                    future.set_result(_fingerprint(cfg))
+                except BaseException as e:  # handed to whoever waits
+                    with _LOCK:
+                        _SEEN.pop(shape, None)
+                    future.set_exception(e)
+
+            threading.Thread(target=probe, name="vtb-fingerprint", daemon=True).start()
+        return _SEEN[shape]
 
 
-_SEEN: dict[tuple, dict] = {}
+_SEEN: dict[tuple, Future] = {}
+_LOCK = threading.Lock()
 
 
 def _fingerprint(cfg: SandboxConfig) -> dict:
