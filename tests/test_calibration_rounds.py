@@ -36,7 +36,9 @@ def test_a_quiet_round_is_not_repeated_and_a_loaded_one_is(tmp_path, toy_model_d
     """A machine with nothing else running (its busy counter moved only by the round's own
     sandboxes: stood in for by a counter that stays put) measures once; a machine with a busy
     process beside the round measures again, and says how much other work it saw."""
-    monkeypatch.setattr(calibrate, "INFER_CPU_SECONDS", 0.5)  # short rounds: the count is tested, not the rates
+    monkeypatch.setattr(
+        calibrate, "INFER_CPU_SECONDS", 0.5
+    )  # short rounds: the count is tested, not the rates
     monkeypatch.setattr(calibrate, "MIN_BUSY_CPU_SECONDS", 0.5)
     sandbox = sandbox_backend("bwrap")
     system = calibrate.toy_system(tmp_path / "system", {"batch_size": 16, "max_steps": 400, "epochs": 100})
