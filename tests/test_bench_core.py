@@ -171,10 +171,13 @@ def test_step_calls_are_named_and_budget_and_iterations_are_watched(tmp_path) ->
         cfg, fake.steps(), log=lambda msg: None, watch=Watch(budgets.append, lambda h: lengths.append(len(h)))
     )
     result = bench.run()
+    # iteration 2 changed the harness only: its weights are iteration 1's, not trained again (a
+    # step run twice would rewrite a checkpoint that a background play may be reading)
     research = ["turn-it1", "train-it1", "val-it1", "turn-it2", "train-it2", "val-it2"]
     in_order = [n for n in fake.names if n != "train-reference"]  # the reference trains in the background
     assert in_order[:4] == ["provision-data", "provision-model", "train-it0", "val-it0"]
-    assert [n for n in fake.names if n in research] == research
+    assert [n for n in fake.names if n in research] == [n for n in research if n != "train-it2"]
+    assert [t["cached"] for t in bench.timings if t["name"] == "train-it2"] == [True]
     grading = {n for n in fake.names if n.startswith("grade-")}
     assert {"grade-initial", "grade-submitted", "grade-reference", "grade-submitted-base-model"} <= grading
     assert "train-reference" in fake.names
@@ -386,6 +389,28 @@ def test_the_reference_trains_in_the_background_during_the_research(tmp_path) ->
     at_end = FakeSteps(tmp_path / "b", [{"score": 0.3}, {"score": 0.4}])
     _, expected = run(config(tmp_path / "b", 2, "sandbox.gpus=all"), at_end)  # GPUs: trained at the end
     assert result["reference"]["test_score"] == expected["reference"]["test_score"] > 0
+
+
+def test_a_run_trains_each_key_once_though_its_steps_have_no_cache(tmp_path) -> None:
+    """Steps without a cache (plain_steps: tests, scripts) run every call. Was: a harness-only edit
+    trained its weights again, rewriting the checkpoint folder while the initial system's
+    background grading play had it mounted ("mount source ... does not exist")."""
+    from collections import Counter
+
+    fake = FakeSteps(tmp_path, PLAN[:2])  # iteration 2 changes the harness only
+    trained, train = Counter(), fake.train
+
+    def counting_train(key, snapshot_dir, **params):
+        trained[key] += 1
+        return train(key, snapshot_dir, **params)
+
+    steps = fake.steps()
+    steps.train = lambda run_name, request: (counting_train(request.key(), **fields_of(request)), False)
+    bench = Bench(config(tmp_path, 2), steps, log=lambda msg: None)
+    bench.run()
+    assert trained and set(trained.values()) == {1}, trained
+    first, second = bench.history[1], bench.history[2]
+    assert second.train_key == first.train_key and second.checkpoint == first.checkpoint
 
 
 def test_the_initial_and_reference_systems_are_graded_in_the_background_during_the_research(tmp_path) -> None:

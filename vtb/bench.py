@@ -112,6 +112,10 @@ class Bench:
         self._grading_lock = threading.Lock()  # the background and the main thread both start plays
         self._reference: Future | None = None  # the reference system trained in the background (run)
         self._validated = threading.Event()  # iteration 0 is validated: grading's shard size is known
+        # Each key is trained once per run (the others wait for it and share its result): a step
+        # run again (plain steps; a cache miss) would rewrite the checkpoint under a play reading it.
+        self._trained: dict[str, Future] = {}
+        self._trained_lock = threading.Lock()
         self.own_systems: set[str] = set()  # snapshot ids of the initial and reference systems (provision)
         self.t0 = time.monotonic()
         self.watch = watch or Watch()
@@ -141,7 +145,10 @@ class Bench:
     def _call(self, name: str, run_name: str, request: Any) -> Any:
         start = time.monotonic()
         out, cached = getattr(self.steps, name)(run_name, request)
-        charge = getattr(out, "charge", None)
+        self._timed(name, run_name, request, start, cached, getattr(out, "charge", None))
+        return out
+
+    def _timed(self, name: str, run_name: str, request: Any, start: float, cached: bool, charge: Any) -> None:
         inside = 0.0 if cached or charge is None else round(charge.wall_seconds, 3)
         self.timings.append(
             {
@@ -155,7 +162,6 @@ class Bench:
                 "cpu_seconds": 0.0 if cached or charge is None else round(charge.cpu_seconds, 3),
             }
         )
-        return out
 
     def _charge(self, step: str, iteration: int, key: str, charge: Any, budgeted: bool = True) -> None:
         """Book a step's charge once per key: the ledger checks every figure and applies the floor."""
@@ -220,7 +226,21 @@ class Bench:
         request = self.train_request(sid, self._limits(budgeted, "train"))
         key = request.key()
         name = run_name or (f"train-it{iteration}" if iteration >= 0 else "train-reference")
-        out = self._call("train", name, request)
+        with self._trained_lock:
+            ours = key not in self._trained
+            if ours:
+                self._trained[key] = Future()
+        if ours:
+            try:
+                self._trained[key].set_result(self._call("train", name, request))
+            except BaseException as e:  # for whoever waits on it; a later call trains again
+                with self._trained_lock:
+                    self._trained.pop(key).set_exception(e)
+                raise
+        start = time.monotonic()
+        out = self._trained[key].result()
+        if not ours:
+            self._timed("train", name, request, start, True, None)
         self._charge("train", iteration, key, out.charge, budgeted)
         return key, out
 
