@@ -241,6 +241,7 @@ class Bench:
         out = self._trained[key].result()
         if not ours:
             self._timed("train", name, request, start, True, None)
+            self._log(f"{name}: the same data, trainer and base model as weights this run trained: reused")
         self._charge("train", iteration, key, out.charge, budgeted)
         return key, out
 
