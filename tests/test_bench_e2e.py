@@ -148,6 +148,8 @@ def test_the_prefect_ui_shows_what_the_bench_did(greedy_run):
     cfg, result, _ = greedy_run
     run, task_runs, logs, artifacts = asyncio.run(_prefect_view(cfg, result["run_id"]))
     assert set(run.tags) == {"task:math", "agent:greedy", "seed:0", "model:tiny", "sandbox:bwrap"}
+    # its task runs carry none: each tag costs a queued concurrency-limit check before the step
+    assert task_runs and not [(t.name, t.tags) for t in task_runs if t.tags]
 
     names = {t.name for t in task_runs}
     iters = [

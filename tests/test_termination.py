@@ -89,7 +89,10 @@ def test_sigterm_stops_a_run_and_everything_it_started(tmp_path, command, backen
     )
     try:
         deadline = time.monotonic() + 300
-        while not _sandbox_running(proc.pid, backend):
+        # a sandbox of the flow run's (the reproducibility probe may start one before the flow)
+        while "Beginning flow run" not in (tmp_path / "run.log").read_text() or not _sandbox_running(
+            proc.pid, backend
+        ):
             assert proc.poll() is None, (tmp_path / "run.log").read_text()[-3000:]
             assert time.monotonic() < deadline, "no sandbox started in 300 s"
             time.sleep(0.2)
