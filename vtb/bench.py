@@ -230,15 +230,17 @@ class Bench:
             ours = key not in self._trained
             if ours:
                 self._trained[key] = Future()
+            future = self._trained[key]  # held here: a failed owner drops the entry
         if ours:
             try:
-                self._trained[key].set_result(self._call("train", name, request))
+                future.set_result(self._call("train", name, request))
             except BaseException as e:  # for whoever waits on it; a later call trains again
                 with self._trained_lock:
-                    self._trained.pop(key).set_exception(e)
+                    self._trained.pop(key, None)
+                future.set_exception(e)
                 raise
         start = time.monotonic()
-        out = self._trained[key].result()
+        out = future.result()
         if not ours:
             self._timed("train", name, request, start, True, None)
             self._log(f"{name}: the same data, trainer and base model as weights this run trained: reused")
