@@ -92,18 +92,31 @@ def _prefix_python(root: Path) -> Path:
     return python
 
 
-@pytest.fixture(scope="module", params=["venv", "conda-like"])
+def _uv() -> str:
+    """The real uv (a dev dependency, from PyPI), beside this environment's python."""
+    uv = Path(sys.executable).parent / "uv"
+    assert uv.is_file(), "uv is a dev dependency: pip install -e '.[dev]'"
+    return str(uv)
+
+
+@pytest.fixture(scope="module", params=["venv", "uv", "conda-like"])
 def installed(request, tmp_path_factory, wheel) -> Path:
     """The python of a new user's environment with the wheel installed (`pip install .`, not
-    editable): a venv of its own, or a conda-like prefix (the interpreter and its packages in one
-    prefix, no venv). Its dependencies reused from this environment by a `.pth` path line (no
-    network; a path line, not a site dir, so this environment's editable vtb stays out)."""
+    editable): a venv of its own, one made and filled by the real uv (`uv venv`, `uv pip
+    install`), or a conda-like prefix (the interpreter and its packages in one prefix, no venv).
+    Its dependencies reused from this environment by a `.pth` path line (no network; a path line,
+    not a site dir, so this environment's editable vtb stays out)."""
     root = tmp_path_factory.mktemp(request.param) / "env"
     if request.param == "venv":
         subprocess.run(
             [sys._base_executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120
         )
         python = root / "bin" / "python"
+    elif request.param == "uv":
+        made = [_uv(), "venv", "-q", "--no-config", "--python", sys._base_executable, str(root)]
+        subprocess.run(made, check=True, capture_output=True, timeout=120)
+        python = root / "bin" / "python"
+        assert "uv = " in (root / "pyvenv.cfg").read_text()  # uv's own layout, not venv's
     else:
         python = _prefix_python(root)
         probe = [str(python), "-c", "import sys; print(sys.prefix == sys.base_prefix, sys.prefix)"]
@@ -112,8 +125,13 @@ def installed(request, tmp_path_factory, wheel) -> Path:
             str(root),
         ]
     ours = sorted(Path(sysconfig.get_paths()["purelib"]).glob("vibetraining_bench-*.dist-info"))
+    install = (
+        [_uv(), "pip", "install", "--no-config", "--offline", "--python", str(python)]
+        if request.param == "uv"
+        else [sys.executable, "-m", "pip", "--python", str(python), "install"]
+    )
     subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", str(wheel)],
+        [*install, "-q", "--no-deps", str(wheel)],
         check=True,
         capture_output=True,
         timeout=300,
