@@ -25,13 +25,13 @@ import hydra
 from hydra.errors import HydraException
 from omegaconf import DictConfig
 from prefect import flow, tags
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.artifacts import create_markdown_artifact
 from prefect.context import TagsContext
 from prefect.states import Failed
 
 from flows.gpu import gpu_slot, machine, worker_gpus
 from flows.signals import ERRORED, refuse, run_main
-from flows.watch import artifact_key, bench_tags, iteration_rows, send_progress_to_prefect, ui_watch
+from flows.watch import artifact_key, bench_tags, send_progress_to_prefect, ui_watch
 from steps import prefect_steps
 from vtb import record
 from vtb.bench import Bench
@@ -74,7 +74,8 @@ def _bench(cfg: BenchConfig) -> dict:
     # critical path of the default run); a deployed bench's task runs were untagged already.
     with TagsContext(current_tags=set()):
         result = bench.run()
-    publish_artifacts(bench.run_id, Path(result["record"]), [c.to_json() for c in bench.history])
+    bench.watch.iteration(bench.history)  # the iterations table's last state, in place
+    publish_artifacts(bench.run_id, Path(result["record"]))
     return result
 
 
@@ -130,22 +131,18 @@ def _located(cfg: BenchConfig) -> dict:
     return {**_bench(cfg), "location": {"host": machine(), "path": str(cfg.paths()[0] / cfg.run_id)}}
 
 
-def publish_artifacts(run_id: str, run_dir: Path, history: list[dict]) -> None:
-    """The run's report and its iterations as Prefect artifacts, for the UI.
+def publish_artifacts(run_id: str, run_dir: Path) -> None:
+    """The run's report as a Prefect markdown artifact, for the UI (the iterations table is the
+    live one, flows/watch.py).
 
-    Agent-written text (notes, file names) goes through record.md_text in both: report.md is
-    escaped when written, the table's cells in flows/watch.py, so neither renders markup or links.
-    The UI cannot load report.md's relative plot: the artifact names the file instead (the
-    plotted figures are tables in the report).
+    Agent-written text (notes, file names) is escaped when report.md is written (record.md_text),
+    so it renders no markup or links. The UI cannot load report.md's relative plot: the artifact
+    names the file instead (the plotted figures are tables in the report).
     """
-    key = artifact_key(run_id)
     create_markdown_artifact(
         markdown=record.report_for_ui(run_dir),
-        key=f"report-{key}",
+        key=f"report-{artifact_key(run_id)}",
         description=f"VibeTraining-Bench report of {run_id}",
-    )
-    create_table_artifact(
-        table=iteration_rows(history), key=f"iterations-{key}", description=f"Iterations of {run_id}"
     )
 
 

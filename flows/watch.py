@@ -3,17 +3,24 @@ log, a budget progress artifact and a table of iterations that grow as the bench
 
 The bench core (vtb/bench.py) knows nothing of Prefect: it says its lines through
 `vtb.progress` and reports budget and iterations through `vtb.bench.Watch`; this module turns
-those into Prefect logs and artifacts. Agent-written text in the table goes through
-`record.md_text`, as in the final artifacts: it cannot render markup or links.
+those into Prefect logs and artifacts. Agent-written text in the iterations table goes through
+`markdown.cell_text`, one line that is inert and reads as written in both Prefect UIs (the
+default v2 UI shows a cell as text, the v1 UI renders it as markdown with HTML; scripts/ui_check.sh
+checks both in a browser).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
+from uuid import UUID
 
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.actions import ArtifactUpdate
 from prefect.context import get_run_context
 from prefect.exceptions import MissingContextError
 from prefect.logging.handlers import APILogHandler
@@ -21,6 +28,7 @@ from prefect.logging.handlers import APILogHandler
 from vtb import progress, record
 from vtb.bench import Watch
 from vtb.config import BenchConfig
+from vtb.markdown import cell_text
 from vtb.results import Candidate
 
 
@@ -61,8 +69,8 @@ def send_progress_to_prefect() -> None:
 
 
 def iteration_rows(history: list[Candidate] | list[dict]) -> list[dict]:
-    """The iterations table: numbers formatted, agent text escaped, an empty cell as `none`, not `-`
-    (a lone `-` renders as a list bullet)."""
+    """The iterations table: numbers formatted, agent text as one inert line (`cell_text`), an
+    empty cell as `none`."""
     rows = []
     for h in history:
         h = h if isinstance(h, dict) else h.to_json()
@@ -71,10 +79,10 @@ def iteration_rows(history: list[Candidate] | list[dict]) -> list[dict]:
             {
                 "iteration": h["iteration"],
                 "val_score": "failed" if val is None else f"{val:.3f}",
-                "edits": record.md_text(edits if (edits := record.edits_text(h["edits"])) != "-" else "none"),
+                "edits": cell_text(edits if (edits := record.edits_text(h["edits"])) != "-" else "none"),
                 "budget_used": record.amount(h["budget_after"]["used"], h["budget_after"].get("unit", "")),
                 "agent_tokens": (h.get("agent") or {}).get("tokens", 0),
-                "notes": record.md_text(h["notes"], 500),
+                "notes": cell_text(h["notes"], 500),
             }
         )
     return rows
@@ -92,7 +100,8 @@ def _budget_text(summary: dict) -> str:
 
 def ui_watch(run_id: str, cfg: BenchConfig) -> Watch:
     """A `Watch` that keeps a budget progress artifact (`budget-<run>`) and the iterations table
-    (`iterations-<run>`, a new version after each iteration) up to date in the current flow run."""
+    (`iterations-<run>`) up to date in the current flow run, each one artifact updated in place
+    (a new version per iteration would be a card of its own in the run's Artifacts tab)."""
     key = artifact_key(run_id)
     start = {"used": 0.0, "limit": cfg.budget.limit, "unit": cfg.budget.unit}
     progress_id = create_progress_artifact(0.0, key=f"budget-{key}", description=_budget_text(start))
@@ -100,12 +109,21 @@ def ui_watch(run_id: str, cfg: BenchConfig) -> Watch:
     def budget(summary: dict) -> None:
         update_progress_artifact(progress_id, budget_percent(summary), description=_budget_text(summary))
 
+    table: list[UUID] = []  # the iterations artifact, once made
+    lock = threading.Lock()
+
     def iteration(history: list[Candidate]) -> None:
-        create_table_artifact(
-            table=iteration_rows(history),
-            key=f"iterations-{key}",
-            description=f"Iterations of {run_id} (updated after each iteration)",
-        )
+        rows = iteration_rows(history)
+        with lock:
+            if not table:
+                table.append(
+                    create_table_artifact(
+                        table=rows, key=f"iterations-{key}", description=f"Iterations of {run_id}"
+                    )
+                )
+                return
+            with get_client(sync_client=True) as client:
+                client.update_artifact(table[0], ArtifactUpdate(data=json.dumps(rows)))
 
     return Watch(budget=_quietly(budget), iteration=_quietly(iteration))
 

@@ -4,8 +4,10 @@ Given the server's URL and the bench's run id, it finds the flow run and its art
 Prefect API, renders the UI's pages in headless Chromium (`--dump-dom` for the checks,
 `--screenshot` for a person to look at) and checks what a user must see there: the run's tags,
 its task runs named by what they are, the bench's own iteration lines in the Logs tab, the budget
-progress artifact at the final figure, and the report rendered whole (its tables, no broken
-image). Prints one line per check and exits 1 when one fails. Pages are the default (v2) UI's.
+progress artifact at the final figure, the report rendered whole (its tables, no broken image),
+one iterations table updated in place with agent text shown as written, and hostile agent text
+in such a table shown as text, never made into markup, in the default (v2) and the v1 UI. Prints one line per check and exits 1 when one
+fails. Pages are the default (v2) UI's.
 """
 
 from __future__ import annotations
@@ -17,7 +19,11 @@ import json
 import re
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
+
+from flows.watch import iteration_rows
+from vtb.markdown import cell_text
 
 
 def dom(chromium: str, url: str, out: Path, height: int = 2400) -> str:
@@ -48,10 +54,69 @@ def _browser(chromium: str, height: int) -> list[str]:
     ]
 
 
+class _Elements(HTMLParser):
+    """Inside a page's tables, each element a cell's text could have turned into: any tag but the
+    table's own, the wrappers the UIs put a cell in and plain emphasis, or an event handler, or a
+    javascript: URL."""
+
+    OWN = {"table", "thead", "tbody", "tr", "th", "td", "span", "div", "article", "p"}
+    LOOKS = {"code", "strong", "em"}  # v1's markdown formatting: allowed without attributes
+    URLS = {"href", "src", "action", "formaction", "xlink:href", "data"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.depth, self.found = 0, []
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        self.depth += tag == "table"
+        bad = [
+            k for k, v in attrs
+            if k.startswith("on") or (k in self.URLS and "javascript:" in (v or "").lower().replace(" ", ""))
+        ]  # fmt: skip
+        styled = tag in self.LOOKS and {k for k, _ in attrs} - {"class"}
+        if self.depth and (tag not in self.OWN | self.LOOKS or bad or styled):
+            self.found.append(f"<{tag}{''.join(' ' + k for k in bad)}>")
+
+    def handle_endtag(self, tag: str) -> None:
+        self.depth -= tag == "table" and self.depth > 0
+
+
+def made_elements(page: str) -> list[str]:
+    parser = _Elements()
+    parser.feed(page)
+    return parser.found
+
+
 def text_of(page: str) -> str:
     """The page's visible text, whitespace collapsed (scripts and styles dropped)."""
     page = re.sub(r"<(script|style)\b.*?</\1>", " ", page, flags=re.S)
     return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", page)).split())
+
+
+# Agent text a hostile research agent could write into its notes and file names.
+HOSTILE = [
+    "<script>document.title='pwned'</script> tuned the lr",
+    "<img src=x onerror=\"document.title='pwned'\"> see [details](javascript:alert(1))",
+    "**bold** `code` a | b | c, https://evil.example/x www.evil.example a@b.example",
+    "&lt;img src=x onerror=alert(1)&gt; [a]: javascript:alert(1) <javascript:alert(2)> ![i](x.png)",
+]
+
+
+async def _hostile_table() -> str:
+    """The iterations table of a hostile history, as flows/watch.py writes it, as an artifact."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import ArtifactCreate
+
+    history = [
+        {"iteration": i, "val_score": 0.5, "notes": note, "edits": {"harness": [note[:20] + ".py"]},
+         "budget_after": {"used": 1e9, "unit": "flops"}, "agent": {"tokens": 1}}
+        for i, note in enumerate(HOSTILE)
+    ]  # fmt: skip
+    async with get_client() as client:
+        made = await client.create_artifact(
+            ArtifactCreate(type="table", key="ui-check-hostile", data=json.dumps(iteration_rows(history)))
+        )
+        return str(made.id)
 
 
 async def _api(run_id: str) -> tuple:
@@ -146,10 +211,51 @@ def check(ui: str, run_id: str, result: dict, chromium: str, out: Path) -> list[
     )
     screenshot(chromium, report, out / "report.png", height=2000)
 
+    tables = [a for a in artifacts if a.key == f"iterations-{key}"]
+    data = json.loads(tables[0].data) if len(tables) == 1 else []
+    checks.append(
+        (
+            "one iterations table, updated in place to the last iteration",
+            len(tables) == 1 and [r["iteration"] for r in data] == [int(p.stem) for p in iterations],
+            f"{len(tables)} iterations artifacts, rows {[r['iteration'] for r in data]}",
+        )
+    )
     table = f"{ui}/v2/artifacts/artifact/{latest[f'iterations-{key}'].id}"
     rows = text_of(dom(chromium, table, out / "iterations.html"))
+    notes = [json.loads(p.read_text())["notes"] for p in iterations]
     expect("iterations table: formatted figures", rows, ["val_score", "budget_used", " FLOPs"])
+    expect(
+        "iterations table: agent notes as written (no escapes)",
+        rows,
+        [" ".join(n.split())[:60] for n in notes],
+    )
     screenshot(chromium, table, out / "iterations.png", height=1200)
+
+    made = asyncio.run(_hostile_table())
+    for ui_name, hostile in (
+        ("v2", f"{ui}/v2/artifacts/artifact/{made}"),
+        ("v1", f"{ui}/artifacts/artifact/{made}"),
+    ):
+        page = dom(chromium, hostile, out / f"hostile-{ui_name}.html")
+        # v1 formats emphasis and code and decodes entities (looks, not elements): its text is
+        # compared for the notes without them
+        shown = HOSTILE if ui_name == "v2" else HOSTILE[:2]
+        expect(
+            f"hostile agent text shown as written ({ui_name} UI)",
+            text_of(page),
+            [cell_text(n) for n in shown],
+        )
+        injected = made_elements(page)
+        title = re.search(r"<title>(.*?)</title>", page, flags=re.S)
+        ran = "pwned" in (title.group(1) if title else "")  # a script of the text would have set it
+        checks.append(
+            (
+                f"hostile agent text: no element made of it ({ui_name} UI)",
+                not injected and not ran,
+                f"{injected or 'none'}",
+            )
+        )
+        screenshot(chromium, hostile, out / f"hostile-{ui_name}.png", height=900)
     return checks
 
 

@@ -8,7 +8,6 @@ calls captured). The markdown is rendered with a CommonMark renderer and the HTM
 
 from __future__ import annotations
 
-import re
 from html.parser import HTMLParser
 
 import pytest
@@ -125,7 +124,6 @@ def captured(monkeypatch):
     monkeypatch.setattr(
         bench, "create_markdown_artifact", lambda markdown, **kw: seen.update(markdown=markdown)
     )
-    monkeypatch.setattr(bench, "create_table_artifact", lambda table, **kw: seen.update(table=table))
     return bench, seen
 
 
@@ -133,16 +131,45 @@ def test_prefect_artifacts_escape_agent_text(tmp_path, captured):
     bench, seen = captured
     history = _history()
     write_report(tmp_path, _result(tmp_path), history, _grades())
-    bench.publish_artifacts("run-1", tmp_path, history)
+    bench.publish_artifacts("run-1", tmp_path)
     _assert_inert(seen["markdown"])
     assert "<img" not in _html(seen["markdown"])  # the UI cannot load a relative image: the file is named
     assert f"{tmp_path}/scores.png".replace("-", "\\-").replace("_", "\\_") in seen["markdown"]
-    cells = [str(v) for row in seen["table"] for k, v in row.items() if k in ("notes", "edits")]
-    assert len(cells) == 2 * len(history)
-    for cell in cells:
-        assert "\n" not in cell and not re.search(r"(?<!\\)\|", cell)
-        _assert_inert(cell)
-    assert all(len(row["notes"]) < 400 for row in seen["table"])  # bounded
+
+
+def test_the_iterations_table_holds_agent_text_as_one_inert_line():
+    """A table artifact's cell is shown as text by the default (v2) UI and rendered as markdown
+    with HTML by the v1 UI (both seen in a browser by scripts/ui_check.sh): the cell is the text on
+    one line as written (no backslash escapes or entities: they would show in v2), control and
+    format characters dropped, with an invisible word joiner wherever v1 would make an element."""
+    from flows.watch import iteration_rows
+    from vtb.markdown import cell_text
+
+    history = _history()
+    history[0]["notes"] += " https://evil.example/x www.evil.example a@b.example &lt;b&gt;x&lt;/b&gt;"
+    history[1]["notes"] += " [a]: javascript:alert(1) [a] <javascript:alert(2)> [b](<javascript:x>)"
+    rows = iteration_rows(history)
+    assert [r["iteration"] for r in rows] == [h["iteration"] for h in history]
+    for row in rows:
+        for cell in (row["notes"], row["edits"]):
+            assert "\n" not in cell and not {"\u202e", "\x1b", "\x00"} & set(cell)
+            html = _html(cell)  # as the v1 UI renders a cell
+            parser = _Tags()
+            parser.feed(html)
+            tags = [t for t, _ in parser.tags]  # v1 may format (emphasis, code): looks, nothing that acts
+            assert tags[0] == "p" and set(tags[1:]) <= {"code", "strong", "em"}, html
+            assert not [a for _, a in parser.tags if a], html  # no attribute: no link, image or handler
+    shown = [r["notes"].replace("\u2060", "") for r in rows]  # as the v2 UI shows them, as written
+    assert shown[0].startswith("<script>alert(document.cookie)</script> tuned the lr")
+    assert (
+        rows[0]["edits"].replace("\u2060", "")
+        == "harness: <img src=x onerror=alert(1)>.py; data: train.jsonl"
+    )
+    assert (
+        cell_text("clean-data (data): lr 3e-3, +2 epochs! a_b")
+        == "clean-data (data): lr 3e-3, +2 epochs! a_b"
+    )
+    assert iteration_rows([{**history[1], "notes": "x" * 2000}])[0]["notes"] == "x" * 497 + "..."
 
 
 def test_md_text_renders_as_the_text_itself():
