@@ -39,7 +39,7 @@ from flows.dispatch import DEPLOYMENT, Job, run_deployments
 from flows.gpu import ensure_limits, gpu_slot
 from flows.signals import refuse, run_main
 from flows.watch import bench_tags
-from vtb import leaderboard, safefs, salt
+from vtb import leaderboard, result_files, safefs, salt
 from vtb.build import run_id as run_id_of
 from vtb.compose import check_command_line, compose_config, typed
 from vtb.config import CONF_DIR, BenchConfig
@@ -203,7 +203,8 @@ def run_benches(
 
 def deployed_benches(cfg: SweepConfig) -> list[dict]:
     """Every bench as a flow run of the bench deployment (flows/dispatch.py); completed benches'
-    checked results are copied to runs_dir/<run id>/result.json for the leaderboard."""
+    checked results are copied to runs_dir/<run id>/ (result.json, item_rewards.json) for the
+    leaderboard."""
     from prefect.runtime import flow_run
 
     jobs = []
@@ -227,7 +228,8 @@ def deployed_benches(cfg: SweepConfig) -> list[dict]:
     for job in jobs:
         result = job.outcome.pop("result", None)
         if result is not None:  # its run id is a checked plain name: one folder below runs_dir
-            safefs.write_in(runs_dir, f"{job.run}/result.json", json.dumps(result, indent=2).encode())
+            for name, content in result_files.files_of(result).items():  # result.json, item_rewards.json
+                safefs.write_in(runs_dir, f"{job.run}/{name}", json.dumps(content, indent=2).encode())
     return [j.outcome for j in jobs]
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from vtb import result_files
 from vtb.bench import Bench, Steps
 from vtb.compose import compose_config
 from vtb.config import BenchConfig
@@ -494,7 +495,15 @@ def test_a_flagged_submission_is_scored_and_marked_and_a_regrade_is_compared(tmp
     determinism = result["grading_determinism"]
     assert not determinism["identical"] and determinism["differing_items"] == ["test-0"]
     assert result["submitted"]["item_rewards"].keys() == {"test-0", "test-1"}
-    table = (Path(result["record"]) / "item_rewards.csv").read_text().splitlines()
+    # on disk the rewards are beside result.json, and read back joined as the bench returned them
+    record_dir = Path(result["record"])
+    on_disk = json.loads((record_dir / "result.json").read_text())
+    assert "item_rewards" not in on_disk["submitted"] and on_disk["item_rewards_file"] == "item_rewards.json"
+    rewards = json.loads((record_dir / "item_rewards.json").read_text())
+    assert rewards["run_id"] == result["run_id"] and set(rewards["systems"]) >= {"initial", "submitted"}
+    assert rewards["systems"]["submitted"] == result["submitted"]["item_rewards"]
+    assert result_files.load_result(record_dir / "result.json") == json.loads(json.dumps(result))
+    table = (record_dir / "item_rewards.csv").read_text().splitlines()
     assert table[0].startswith("item,initial,submitted") and [r.split(",")[0] for r in table[1:]] == [
         "test-0",
         "test-1",

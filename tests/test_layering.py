@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
         "vtb.plots",
         "vtb.markdown",
         "vtb.registry",
+        "vtb.result_files",
     ),
     (
         "vtb.hashing",

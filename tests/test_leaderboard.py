@@ -150,6 +150,48 @@ def test_noise_columns_and_paired_comparison_of_greedy_and_noop() -> None:
     assert pairs(results)[0].items == 0
 
 
+def test_runs_read_back_with_their_item_rewards_file_and_old_records_too(tmp_path) -> None:
+    """result.json holds the scores, item_rewards.json beside it the per-item rewards (schema 3):
+    the leaderboard reads them joined, so its paired comparison is over items as before; a record
+    of schema 2 (rewards inline) reads as it is; a newer schema, or a rewards file of another run
+    or behind a link, is refused with the file and the reason."""
+    from vtb.result_files import BadRecord, files_of, load_result
+
+    results = [_with_items(_result("math", "greedy", s, 0, 0.0, 0.8), won) for s, won in enumerate((8, 12))]
+    results += [_with_items(_result("math", "noop", s, 0, 0.0, 0.8), 0) for s in range(2)]
+    for r in results:
+        r["schema_version"] = 3
+    results[3]["schema_version"] = 2  # an old record: its rewards inline, no rewards file
+    for r in results:
+        run = tmp_path / r["run_id"]
+        run.mkdir()
+        for name, content in files_of(r).items():
+            (run / name).write_text(json.dumps(content))
+    assert (
+        "item_rewards"
+        not in json.loads((tmp_path / "math-greedy-s0" / "result.json").read_text())["submitted"]
+    )
+    assert not (tmp_path / "math-noop-s1" / "item_rewards.json").exists()
+    read = leaderboard.read_results(tmp_path)
+    assert read == sorted(results, key=lambda r: r["run_id"])  # joined back: the same results
+    (pair,) = pairs(read)
+    assert (pair.seeds, pair.items) == (2, 20) and pair.diff == pytest.approx(0.5)
+
+    newer = tmp_path / "math-greedy-s0" / "result.json"
+    newer.write_text(json.dumps({**results[0], "schema_version": 4, "item_rewards": None}))
+    with pytest.raises(BadRecord, match=r"schema_version 4 is newer than this code reads \(3\)"):
+        load_result(newer)
+    newer.write_text(json.dumps(files_of(results[0])["result.json"]))
+    other = tmp_path / "math-greedy-s1" / "item_rewards.json"
+    (tmp_path / "math-greedy-s0" / "item_rewards.json").write_text(other.read_text())
+    with pytest.raises(BadRecord, match="math-greedy-s1"):
+        load_result(newer)  # another run's rewards
+    (tmp_path / "math-greedy-s0" / "item_rewards.json").unlink()
+    (tmp_path / "math-greedy-s0" / "item_rewards.json").symlink_to(other)
+    with pytest.raises(BadRecord, match="not a regular file"):
+        load_result(newer)
+
+
 def test_flagged_runs_are_marked_and_can_be_left_out(tmp_path) -> None:
     results = [
         _with_items(_result("math", "greedy", s, 0, 0.0, 0.8), 10 + 5 * s, flagged=s == 2) for s in range(3)

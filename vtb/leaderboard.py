@@ -10,7 +10,7 @@ little counts more. Writes leaderboard.md, leaderboard.csv and leaderboard.png.
 The noise floor (vtb/noise.py): per (task, agent) the seed standard deviation and the minimum
 difference detectable at 95% between two agents given the seeds run; per task, every pair of
 agents as a paired bootstrap CI of A - B over the seeds both ran and the test items (from
-result.json's per-episode `item_rewards`; seeds only where a run lacks them), in
+each run's per-episode rewards, item_rewards.json; seeds only where a run lacks them), in
 leaderboard.md and leaderboard_pairs.csv.
 
 The co-design grid (vtb/analysis.py, vtb/codesign.py): per (task, agent), the mean over seeds of
@@ -40,7 +40,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from vtb import codesign, noise
+from vtb import codesign, noise, result_files
 from vtb.markdown import md_text
 
 BOOTSTRAP_SAMPLES = 10_000
@@ -107,7 +107,8 @@ class Pair:
 
 
 def read_results(runs_dir: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(Path(runs_dir).glob("*/result.json"))]
+    """Every run's result.json under runs_dir, its per-item rewards (item_rewards.json) joined in."""
+    return [result_files.load_result(p) for p in sorted(Path(runs_dir).glob("*/result.json"))]
 
 
 def read_errored(runs_dir: Path) -> list[dict]:

@@ -20,7 +20,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
-from vtb import plots, safefs, salt
+from vtb import plots, result_files, safefs, salt
 from vtb.config import BenchConfig
 from vtb.hashing import code_version
 from vtb.ledger import Ledger
@@ -45,7 +45,7 @@ def _link_tree(src: Path, dst: Path) -> None:
     safefs.copy_tree(src, dst, link=True)
 
 
-SCHEMA_VERSION = 2  # result.json's layout: raised when a field changes meaning or goes
+SCHEMA_VERSION = result_files.RESULT_SCHEMA_VERSION
 
 
 def _now() -> str:
@@ -167,7 +167,8 @@ class RunRecord:
         )
 
     def finish(self, cfg: BenchConfig, run: RunOutcome, ledger: Ledger, store: Path) -> dict:
-        """Write the submission, manifest, grading, ledger, result and report; returns result.json."""
+        """Write the submission, manifest, grading, ledger, result and report; returns result.json
+        with its per-item rewards joined in (as `result_files.load_result` reads it back)."""
         history = [c.to_json() for c in run.history]
         chosen = run.chosen.to_json()
         grades = {label: g.to_json() for label, g in run.grades.items()}
@@ -261,9 +262,15 @@ class RunRecord:
             "contamination": self._scan(run.contamination),
             "grading_determinism": run.determinism,
             "analysis": run.analysis,
+            "item_rewards_file": result_files.FILE,  # per test item: each graded system and grid corner
             "record": str(self.dir),
         }
-        _dump(self.dir / "result.json", result)
+        systems = {label: grades[label].get("rewards") for label in ("initial", "submitted", "reference")}
+        rewards = result_files.document(
+            run_id, {k: v for k, v in systems.items() if k in grades}, (run.analysis or {}).get("grid")
+        )
+        _dump(self.dir / result_files.FILE, rewards)
+        _dump(self.dir / "result.json", result_files.strip(result))  # the scores; rewards beside it
         write_item_rewards(self.dir / "item_rewards.csv", grades)
         write_report(self.dir, result, history, grades)
         return result
