@@ -265,10 +265,8 @@ class RunRecord:
             "item_rewards_file": result_files.FILE,  # per test item: each graded system and grid corner
             "record": str(self.dir),
         }
-        systems = {label: grades[label].get("rewards") for label in ("initial", "submitted", "reference")}
-        rewards = result_files.document(
-            run_id, {k: v for k, v in systems.items() if k in grades}, (run.analysis or {}).get("grid")
-        )
+        systems = {label: g.get("rewards") for label, g in grades.items()}  # initial, submitted, reference
+        rewards = result_files.document(run_id, systems, (run.analysis or {}).get("grid"))
         _dump(self.dir / result_files.FILE, rewards)
         _dump(self.dir / "result.json", result_files.strip(result))  # the scores; rewards beside it
         write_item_rewards(self.dir / "item_rewards.csv", grades)
