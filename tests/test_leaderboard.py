@@ -173,7 +173,8 @@ def test_runs_read_back_with_their_item_rewards_file_and_old_records_too(tmp_pat
     )
     assert not (tmp_path / "math-noop-s1" / "item_rewards.json").exists()
     read = leaderboard.read_results(tmp_path)
-    assert read == sorted(results, key=lambda r: r["run_id"])  # joined back: the same results
+    assert read == leaderboard.typed(sorted(results, key=lambda r: r["run_id"]))  # joined back: the same
+    assert [load_result(tmp_path / r["run_id"] / "result.json") for r in results] == results
     (pair,) = pairs(read)
     assert (pair.seeds, pair.items) == (2, 20) and pair.diff == pytest.approx(0.5)
 
@@ -313,3 +314,32 @@ def test_runs_whose_figures_cannot_match_bit_for_bit_are_never_pooled() -> None:
     }
     assert table[("math [cpu aaaa]", "greedy")].seeds == 2
     assert table[("math [cpu aaaa]", "greedy")].score == pytest.approx(0.5)
+
+
+def test_a_result_is_read_once_into_a_typed_value_and_a_bad_one_is_refused_by_name(tmp_path) -> None:
+    """The leaderboard reads each result.json once (vtb/run_result.py): the rules on absent or odd
+    fields live there, and a result lacking a figure it needs is refused naming file and field."""
+    from vtb.run_result import BadRun, RunResult
+
+    r = _with_items(_result("math", "greedy", 0, 0.5, 0.1, None), 3, n=4)
+    r["submitted"]["flagged_by_grading_cap"] = True
+    r["reproducibility"] = {"mode": "native", "id": "abc"}
+    r["test_split"] = {"kind": "hidden", "salt_sha256": "f" * 64}
+    typed = RunResult.from_json(r)
+    assert (typed.flagged, typed.fingerprint, typed.split, typed.reference) == (
+        True,
+        "native abc",
+        ("hidden", "f" * 64),
+        None,
+    )
+    assert typed.item_rewards == {"test-00": 1.0, "test-01": 1.0, "test-02": 1.0, "test-03": 0.0}
+    r["submitted"]["item_rewards"]["test-00"] = float("nan")
+    assert RunResult.from_json(r).item_rewards is None  # unusable: compared over seeds only
+    run = tmp_path / "math-greedy-s0"
+    run.mkdir()
+    (run / "result.json").write_text(json.dumps({**r, "initial": {"test_score": "high"}}))
+    with pytest.raises(BadRun, match=r"math-greedy-s0/result.json: initial.test_score is 'high'"):
+        leaderboard.read_results(tmp_path)
+    (run / "result.json").write_text(json.dumps({k: v for k, v in r.items() if k != "budget"}))
+    with pytest.raises(BadRun, match=r"lacks KeyError: 'budget'"):
+        leaderboard.read_results(tmp_path)

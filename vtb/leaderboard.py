@@ -34,7 +34,6 @@ from __future__ import annotations
 import csv
 import itertools
 import json
-import math
 import random
 import statistics
 from dataclasses import asdict, dataclass
@@ -42,6 +41,7 @@ from pathlib import Path
 
 from vtb import codesign, noise, result_files
 from vtb.markdown import md_text
+from vtb.run_result import BadRun, Grid, RunResult
 
 BOOTSTRAP_SAMPLES = 10_000
 BOOTSTRAP_SEED = 0  # fixed: the same runs give the same CIs
@@ -106,9 +106,20 @@ class Pair:
     verdict: str
 
 
-def read_results(runs_dir: Path) -> list[dict]:
+def read_results(runs_dir: Path) -> list[RunResult]:
     """Every run's result.json under runs_dir, its per-item rewards (item_rewards.json) joined in."""
-    return [result_files.load_result(p) for p in sorted(Path(runs_dir).glob("*/result.json"))]
+    out = []
+    for p in sorted(Path(runs_dir).glob("*/result.json")):
+        try:
+            out.append(RunResult.from_json(result_files.load_result(p)))
+        except BadRun as e:
+            raise BadRun(f"{p}: {e}") from None
+    return out
+
+
+def typed(results: list[dict] | list[RunResult]) -> list[RunResult]:
+    """Results as the leaderboard reads them (result.json's content, or already read)."""
+    return [r if isinstance(r, RunResult) else RunResult.from_json(r) for r in results]
 
 
 def read_errored(runs_dir: Path) -> list[dict]:
@@ -125,97 +136,61 @@ def read_errored(runs_dir: Path) -> list[dict]:
     return out
 
 
-def is_flagged(result: dict) -> bool:
+def is_flagged(result: dict | RunResult) -> bool:
     """Flagged by the contamination scan, the null-model check, the grading cap or the provenance
     audit (scored, but marked)."""
-    scan = result.get("contamination") or {}
-    sub = result.get("submitted") or {}
-    return bool(scan.get("flagged")) or bool(
-        sub.get("flagged_by_null_model")
-        or sub.get("flagged_by_grading_cap")
-        or sub.get("flagged_by_provenance")
-    )
+    return typed([result])[0].flagged
 
 
-def _split(result: dict) -> tuple[str, str]:
-    """(kind, salt sha256) of a run's test split; ("", "") for a record from before it was kept."""
-    split = result.get("test_split")
-    if not isinstance(split, dict):
-        return "", ""
-    return str(split.get("kind", "")), str(split.get("salt_sha256", ""))
-
-
-def _machine(result: dict) -> str:
-    """The run's reproducibility fingerprint id (vtb/repro.py), prefixed with its mode ("native",
-    "gpu") where its kernels were not pinned; "" for a record from before it was kept."""
-    fp = result.get("reproducibility")
-    if not isinstance(fp, dict):
-        return ""
-    mode, fid = str(fp.get("mode", ""))[:20], str(fp.get("id", ""))[:20]
-    return fid if mode == "reproducible" else f"{mode or 'native'} {fid}"
-
-
-def task_labels(results: list[dict]) -> list[str]:
+def task_labels(results: list[RunResult]) -> list[str]:
     """Each run's task as ranked: its own split's and its own fingerprint's, so that no figure
     pools two test splits, or runs whose numbers cannot match bit for bit (issue 38). Where a
     task's runs all share one fingerprint, the label is the task's alone."""
     hidden: dict[str, set[str]] = {}
     for r in results:
-        kind, sha = _split(r)
+        kind, sha = r.split
         if kind == "hidden":
-            hidden.setdefault(r["task"], set()).add(sha)
+            hidden.setdefault(r.task, set()).add(sha)
     labels = []
     for r in results:
-        kind, sha = _split(r)
+        kind, sha = r.split
         if kind == "public":
-            labels.append(f"{r['task']} [public split]")
-        elif kind == "hidden" and len(hidden[r["task"]]) > 1:
-            labels.append(f"{r['task']} [split {sha[:8]}]")
+            labels.append(f"{r.task} [public split]")
+        elif kind == "hidden" and len(hidden[r.task]) > 1:
+            labels.append(f"{r.task} [split {sha[:8]}]")
         else:
-            labels.append(r["task"])
+            labels.append(r.task)
     machines: dict[str, set[str]] = {}
     for r, label in zip(results, labels, strict=True):
-        machines.setdefault(label, set()).add(_machine(r))
+        machines.setdefault(label, set()).add(r.fingerprint)
     return [
-        f"{label} [cpu {_machine(r) or 'unrecorded'}]" if len(machines[label]) > 1 else label
+        f"{label} [cpu {r.fingerprint or 'unrecorded'}]" if len(machines[label]) > 1 else label
         for r, label in zip(results, labels, strict=True)
     ]
 
 
-def _groups(results: list[dict], exclude_flagged: bool) -> dict[tuple[str, str], list[dict]]:
-    groups: dict[tuple[str, str], list[dict]] = {}
+def _groups(results: list[RunResult], exclude_flagged: bool) -> dict[tuple[str, str], list[RunResult]]:
+    groups: dict[tuple[str, str], list[RunResult]] = {}
     for r, task in zip(results, task_labels(results), strict=True):
-        if not (exclude_flagged and is_flagged(r)):
-            groups.setdefault((task, r["agent"]), []).append(r)
+        if not (exclude_flagged and r.flagged):
+            groups.setdefault((task, r.agent), []).append(r)
     return groups
 
 
-def item_rewards(result: dict) -> dict[str, float] | None:
-    """The submission's per-episode test rewards, or None if absent or not all finite numbers."""
-    got = (result.get("submitted") or {}).get("item_rewards")
-    if not isinstance(got, dict) or not got:
-        return None
-    ok = all(
-        isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in got.values()
-    )
-    return {str(k): float(v) for k, v in got.items()} if ok else None
-
-
-def _by_seed(runs: list[dict], per_item: bool) -> dict[int, dict[str, float]]:
+def _by_seed(runs: list[RunResult], per_item: bool) -> dict[int, dict[str, float]]:
     """{seed: per-item rewards}, or {seed: {"": test score}} to compare over seeds only."""
-    return {r["seed"]: item_rewards(r) if per_item else {"": r["submitted"]["test_score"]} for r in runs}
+    return {r.seed: r.item_rewards if per_item else {"": r.submitted} for r in runs}  # type: ignore[misc]
 
 
-def pairs(results: list[dict], exclude_flagged: bool = False) -> list[Pair]:
+def pairs(results: list[dict] | list[RunResult], exclude_flagged: bool = False) -> list[Pair]:
     """Every pair of agents on each task, A - B as a paired bootstrap CI (vtb.noise.paired_bootstrap)."""
-    groups = _groups(results, exclude_flagged)
+    groups = _groups(typed(results), exclude_flagged)
     out = []
     for task in sorted({t for t, _ in groups}):
         agents = sorted(a for t, a in groups if t == task)
         for a, b in itertools.combinations(agents, 2):
             runs = groups[(task, a)] + groups[(task, b)]
-            per_item = all(item_rewards(r) is not None for r in runs)
-
+            per_item = all(r.item_rewards is not None for r in runs)
             p = noise.paired_bootstrap(
                 _by_seed(groups[(task, a)], per_item), _by_seed(groups[(task, b)], per_item)
             )
@@ -243,50 +218,29 @@ class GridRow:
     verdicts: str  # how many runs got each verdict ("additive 2, single 1")
 
 
-def _grid_of(result: dict) -> dict | None:
-    grid = (result.get("analysis") or {}).get("grid")
-    return grid if grid and grid.get("effects") else None
-
-
-def _contrast_sides(grid: dict, weights: dict[str, float], per_item: bool) -> tuple[dict, dict]:
+def _contrast_sides(grid: Grid, weights: dict[str, float], per_item: bool) -> tuple[dict, dict]:
     """The positive and negative sides of a contrast, per test item (or {"": score})."""
-    corners = {c["corner"]: c for c in grid["corners"]}
     if per_item:
-        values = {
-            code: {str(k): float(v) for k, v in corners[code]["item_rewards"].items()} for code in corners
-        }
+        values = {code: c.item_rewards or {} for code, c in grid.corners.items()}
     else:
-        values = {code: {"": float(corners[code]["test_score"])} for code in corners}
+        values = {code: {"": c.test_score} for code, c in grid.corners.items()}
     items = set.intersection(*(set(v) for v in values.values()))
     pos = {i: sum(w * values[c][i] for c, w in weights.items() if w > 0) for i in items}
     neg = {i: sum(-w * values[c][i] for c, w in weights.items() if w < 0) for i in items}
     return pos, neg
 
 
-def _finite_rewards(grid: dict) -> bool:
-    for c in grid["corners"]:
-        got = c.get("item_rewards")
-        if not isinstance(got, dict) or not got:
-            return False
-        if not all(
-            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in got.values()
-        ):
-            return False
-    return True
-
-
-def grid_rows(results: list[dict], exclude_flagged: bool = False) -> list[GridRow]:
+def grid_rows(results: list[dict] | list[RunResult], exclude_flagged: bool = False) -> list[GridRow]:
     """Per (task, agent) with a co-design grid: each effect's mean over seeds, paired over test items."""
     out = []
-    for (task, agent), runs in sorted(_groups(results, exclude_flagged).items()):
-        grids = {r["seed"]: g for r in runs if (g := _grid_of(r)) is not None}
+    for (task, agent), runs in sorted(_groups(typed(results), exclude_flagged).items()):
+        grids = {r.seed: r.grid for r in runs if r.grid is not None}
         if not grids:
             continue
-        per_item = all(_finite_rewards(g) for g in grids.values())
+        per_item = all(g.per_item for g in grids.values())
         kinds: dict[str, int] = {}
         for g in grids.values():
-            kind = g["verdict"] if g.get("verdict") in codesign.VERDICTS else "unknown"
-            kinds[kind] = kinds.get(kind, 0) + 1
+            kinds[g.verdict] = kinds.get(g.verdict, 0) + 1
         verdicts = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
         for effect in GRID_EFFECTS:
             weights = codesign.contrast(effect)
@@ -301,26 +255,13 @@ def grid_rows(results: list[dict], exclude_flagged: bool = False) -> list[GridRo
     return out
 
 
-def rows(results: list[dict], exclude_flagged: bool = False) -> list[Row]:
-    groups = _groups(results, exclude_flagged)
+def rows(results: list[dict] | list[RunResult], exclude_flagged: bool = False) -> list[Row]:
+    groups = _groups(typed(results), exclude_flagged)
     out = []
     for (task, agent), runs in sorted(groups.items()):
-        scores = [r["submitted"]["test_score"] for r in runs]
-        initial = statistics.fmean(r["initial"]["test_score"] for r in runs)
-        refs = [r["reference"]["test_score"] for r in runs if r.get("reference")]
-        reference = statistics.fmean(refs) if refs else None
-        gains = [
-            g
-            for r in runs
-            if (
-                g := normalised_gain(
-                    r["submitted"]["test_score"],
-                    r["initial"]["test_score"],
-                    (r.get("reference") or {}).get("test_score"),
-                )
-            )
-            is not None
-        ]
+        scores = [r.submitted for r in runs]
+        refs = [r.reference for r in runs if r.reference is not None]
+        gains = [g for r in runs if (g := normalised_gain(r.submitted, r.initial, r.reference)) is not None]
         lo, hi = bootstrap_ci(scores)
         glo, ghi = bootstrap_ci(gains) if gains else (None, None)
         sd = noise.seed_sd(scores)
@@ -332,16 +273,16 @@ def rows(results: list[dict], exclude_flagged: bool = False) -> list[Row]:
                 statistics.fmean(scores),
                 lo,
                 hi,
-                initial,
-                reference,
+                statistics.fmean(r.initial for r in runs),
+                statistics.fmean(refs) if refs else None,
                 statistics.fmean(gains) if gains else None,
                 glo,
                 ghi,
-                statistics.fmean(r["budget"]["used"] for r in runs),
-                runs[0]["budget"]["unit"],
+                statistics.fmean(r.budget_used for r in runs),
+                runs[0].budget_unit,
                 seed_sd=sd,
                 mdd95=noise.min_detectable_difference(sd, len(runs)),
-                flagged=sum(is_flagged(r) for r in runs),
+                flagged=sum(r.flagged for r in runs),
             )
         )
     return out
