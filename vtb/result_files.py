@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import stat
 from pathlib import Path
 
 RESULT_SCHEMA_VERSION = 3  # result.json's layout: raised when a field changes meaning or goes
@@ -32,13 +34,8 @@ class BadRecord(ValueError):
 
 def document(run_id: str, systems: dict[str, dict | None], grid: dict | None) -> dict:
     """item_rewards.json's content: each graded system's rewards and, with the analysis, the grid's."""
-    corners = {str(c["corner"]): c.get("item_rewards") or {} for c in (grid or {}).get("corners", [])}
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "run_id": run_id,
-        "systems": {label: got or {} for label, got in systems.items()},
-        "grid": corners,
-    }
+    corners = {str(c["corner"]): c.get("item_rewards") for c in (grid or {}).get("corners", [])}
+    return {"schema_version": SCHEMA_VERSION, "run_id": run_id, "systems": dict(systems), "grid": corners}
 
 
 def strip(result: dict) -> dict:
@@ -80,9 +77,13 @@ def files_of(result: dict) -> dict[str, dict]:
 
 def _read_json(path: Path) -> dict:
     """A JSON object from `path`, read with a bound and without following a link."""
-    if path.is_symlink() or not path.is_file():
-        raise BadRecord(f"{path}: not a regular file")
-    with path.open("rb") as f:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as e:
+        raise BadRecord(f"{path}: not a regular file ({e.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise BadRecord(f"{path}: not a regular file")
         raw = f.read(MAX_BYTES + 1)
     if len(raw) > MAX_BYTES:
         raise BadRecord(f"{path}: over {MAX_BYTES >> 20} MiB")
