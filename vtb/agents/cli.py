@@ -231,7 +231,9 @@ class CLIAgent:
             usage=usage.source,
             notes=f"{cfg.name}: {ended}" + (", submitted" if submit else ""),
             # the CLI itself failed (an API error, a crash): the run ends errored, not scored
-            error=f"{cfg.name} exited {out['returncode']}: {last}" if crashed else None,
+            error=f"{cfg.name} exited {out['returncode']}" + (f": {last}" if last else ", printing nothing")
+            if crashed
+            else None,
         )
 
 
