@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import GREEDY_EXTRA, needs_bwrap, sandbox_backend, small_config, small_overrides
+from vtb import result_files
 
 pytestmark = [pytest.mark.slow, needs_bwrap()]
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _result(cfg) -> dict:
     runs = Path(cfg.runs_dir)
     (run_dir,) = [p for p in runs.iterdir() if p.is_dir() and not p.name.startswith(".")]
-    return json.loads((run_dir / "result.json").read_text())
+    return result_files.load_result(run_dir / "result.json")  # its per-item rewards joined in
 
 
 def _headline(result: dict) -> dict:
@@ -50,7 +51,7 @@ def test_run_record_is_complete(greedy_run):
         "submission/model/config.json",
     ):
         assert (run_dir / name).exists(), name
-    assert result == json.loads((run_dir / "result.json").read_text())
+    assert result == result_files.load_result(run_dir / "result.json")  # the file and its rewards file
     for row in ("initial", "submitted", "reference"):  # the fixture's run grades a reference system
         assert 0.0 <= result[row]["test_score"] <= 1.0
     assert 0.0 <= result["submitted"]["base_model_test_score"] <= 1.0  # the base-model check ran
@@ -273,7 +274,7 @@ def test_killed_run_resumes_to_the_same_result(tmp_path, greedy_run):
     subprocess.run(_bench_cmd(killed), cwd=ROOT, env=env, check=True, capture_output=True, timeout=900)
 
     a = greedy_run[1]
-    b = json.loads(next((killed / "runs").glob("*/result.json")).read_text())
+    b = result_files.load_result(next((killed / "runs").glob("*/result.json")))
     assert _headline(a) == _headline(b)
     timings = json.loads(next((killed / "runs").glob("*/timings.json")).read_text())
     assert [t["step"] for t in timings["steps"] if not t["cached"]] == ["train"]  # it did train again
