@@ -266,7 +266,7 @@ def test_an_agent_that_changes_nothing_submits_the_initial_system(tmp_path) -> N
     assert scan["flagged"] is False and scan["splits"]["test"]["canary_checked"]
     assert result["grading_determinism"] is None  # regrade_check is an option, off by default
     # what ran it and when (issue 39): the layout's version, the checkout's commit, start and end
-    assert result["schema_version"] == 2 and re.fullmatch(r"[0-9a-f]{40}", result["git"]["commit"])
+    assert result["schema_version"] == 3 and re.fullmatch(r"[0-9a-f]{40}", result["git"]["commit"])
     assert result["git"]["dirty"] in (True, False) and result["started_at"] <= result["ended_at"]
 
 
