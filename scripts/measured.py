@@ -10,6 +10,7 @@ rendering of the file and that the README's headline figures are the table's.
         --command "python -m flows.bench" --process-seconds 418.0 --condition "fresh machine"
     python scripts/measured.py add-suite ci.log --what "test suite" --command "bash .ci/run" \\
         --commit fc76d63 --condition "clean clone"     # ci.log: the output of `time bash .ci/run`
+    python scripts/measured.py time --what install --condition "fresh clone" -- scripts/install.sh
     python scripts/measured.py render
 """
 
@@ -20,10 +21,11 @@ import json
 import os
 import platform
 import re
+import shlex
+import subprocess
+import time
 from datetime import UTC, datetime
 from pathlib import Path
-
-from vtb.result_files import load_result
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA, PAGE = ROOT / "docs" / "measured.json", ROOT / "docs" / "measured.md"
@@ -56,6 +58,8 @@ def machine() -> str:
 
 def row_of(record: Path, what: str, command: str, condition: str, process_seconds: float | None) -> dict:
     """A table row from a finished bench's record."""
+    from vtb.result_files import load_result  # here: `time` runs before the project is installed
+
     result = load_result(record / "result.json")
     timings = json.loads((record / "timings.json").read_text())
     git = result.get("git") or {}
@@ -102,13 +106,40 @@ def suite_row_of(log: Path, what: str, command: str, condition: str, commit: str
     }
 
 
+def timed_row_of(command: list[str], what: str, condition: str) -> dict:
+    """A table row from running `command` here (in this checkout) and timing it."""
+    start = time.monotonic()
+    done = subprocess.run(command, cwd=ROOT)
+    seconds = time.monotonic() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{shlex.join(command)} exited {done.returncode}: no row written")
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short=7", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    )
+    return {
+        "what": what,
+        "command": shlex.join(command),
+        "condition": condition,
+        "commit": commit.stdout.strip() or "-",
+        "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "process_seconds": round(seconds, 1),
+        "bench_seconds": None,
+        "initial": None,
+        "submitted": None,
+        "reference": None,
+        "flops": None,
+        "fingerprint": None,
+    }
+
+
 def render(rows: list[dict]) -> str:
-    def num(x: float | None, fmt: str) -> str:
-        return "-" if x is None else format(x, fmt)
+    def num(x: float | None, fmt: str, unit: str = "") -> str:
+        return "-" if x is None else format(x, fmt) + unit
 
     lines = [
         f"| {r['what']} | `{r['command']}` | {r['condition']} | {r['commit']} | {r['finished'][:16].replace('T', ' ')} "
-        f"| {r['machine']} | {num(r['process_seconds'], '.1f')} s | {num(r['bench_seconds'], '.1f')} s "
+        f"| {r['machine']} | {num(r['process_seconds'], '.1f', ' s')} | {num(r['bench_seconds'], '.1f', ' s')} "
         f"| {num(r['initial'], '.3f')} | {num(r['submitted'], '.3f')} | {num(r['reference'], '.3f')} "
         f"| {r['flops'] if r['flops'] is not None else '-'} | {r['fingerprint'] or '-'} |"
         for r in rows
@@ -135,15 +166,20 @@ def main(argv: list[str] | None = None) -> None:
     suite.add_argument("--command", required=True)
     suite.add_argument("--condition", default="")
     suite.add_argument("--commit", required=True, help="the commit the suite ran on")
+    timed = sub.add_parser("time", help="run a command here, time it, keep its row")
+    timed.add_argument("--what", required=True)
+    timed.add_argument("--condition", default="")
+    timed.add_argument("command", nargs="+", help="after --: the command and its arguments")
     sub.add_parser("render", help="rewrite docs/measured.md from docs/measured.json")
     args = ap.parse_args(argv)
     table = rows()
-    if args.cmd in ("add", "add-suite"):
-        new = (
-            row_of(args.record, args.what, args.command, args.condition, args.process_seconds)
-            if args.cmd == "add"
-            else suite_row_of(args.log, args.what, args.command, args.condition, args.commit)
-        )
+    if args.cmd in ("add", "add-suite", "time"):
+        if args.cmd == "add":
+            new = row_of(args.record, args.what, args.command, args.condition, args.process_seconds)
+        elif args.cmd == "add-suite":
+            new = suite_row_of(args.log, args.what, args.command, args.condition, args.commit)
+        else:
+            new = timed_row_of(args.command, args.what, args.condition)
         table = [r for r in table if r["what"] != args.what] + [new]
         DATA.write_text(json.dumps(table, indent=2) + "\n")
     PAGE.write_text(render(table))

@@ -31,6 +31,8 @@ def test_the_readme_quotes_the_default_run_row() -> None:
     readme = (ROOT / "README.md").read_text()
     head = readme.splitlines()[3]  # the first command's line
     assert f"{row['process_seconds']:.0f} s measured" in head, head
+    (install,) = [r for r in _script().rows() if r["what"] == "install"]
+    assert f"install {install['process_seconds'] / 60:.0f} min with a warm pip cache" in head, head
     assert re.search(rf"initial system \(test\) +{row['initial']:.3f}\n", readme)
     assert re.search(rf"submitted by greedy \(test\) +{row['submitted']:.3f}\n", readme)
     assert re.search(rf"reference system \(test\) +{row['reference']:.3f}\n", readme)
@@ -38,6 +40,12 @@ def test_the_readme_quotes_the_default_run_row() -> None:
         f"({row['flops']} to the unit)" in readme
         and f"reproducibility             {row['fingerprint']} " in readme
     )
+
+
+def test_the_readme_quotes_the_test_suite_row() -> None:
+    (row,) = [r for r in _script().rows() if r["what"] == "test suite"]
+    line = (ROOT / "README.md").read_text().splitlines()[4]  # the second command's line
+    assert f"{row['bench_seconds'] / 60:.0f} min on 2 cores" in line, line
 
 
 def test_a_row_is_read_off_a_record(tmp_path) -> None:
