@@ -6,9 +6,10 @@ import json
 import random
 
 import pytest
+import torch
 
 from vtb.engine import usage
-from vtb.engine.infer import Engine
+from vtb.engine.infer import BATCH_TOKENS, Engine, batches
 from vtb.models.toy import toy_example
 
 
@@ -46,6 +47,29 @@ def test_batched_equals_single_greedy(engine):
     assert any(alone)
     assert engine.generate(batch, max_new_tokens=16) == alone
     assert engine.generate(batch, max_new_tokens=16, batch_size=4) == alone
+
+
+def test_decode_batches_hold_at_most_their_rows_and_tokens():
+    lengths = [10, 20, 30, 200, 400]
+    assert batches(lengths, [4, 0, 1, 2, 3], 100, 256) == [[4, 0, 1, 2, 3]]
+    assert batches(lengths, list(range(5)), 100, 2) == [[0, 1], [2, 3], [4]]
+    tight = batches([500] * 70, list(range(70)), 12, 256)  # (500 + 12) tokens a row: 64 rows at most
+    assert [len(b) for b in tight] == [BATCH_TOKENS // 512, 70 - BATCH_TOKENS // 512]
+    assert batches([BATCH_TOKENS + 1], [0], 5, 256) == [[0]]  # a row over the bound still runs, alone
+
+
+def test_sampled_tokens_do_not_depend_on_the_thread_count(model_dir):
+    """sandbox.server_threads=1 (one thread per model server) was measured to give the same tokens
+    as two; each is still keyed apart (vtb/step_requests.py), in case a library sums otherwise."""
+    batch = prompts(40)
+    runs = {}
+    try:
+        for threads in (1, 2):
+            one = Engine(model_dir, threads=threads)
+            runs[threads] = one.generate(batch, max_new_tokens=24, temperature=0.9, seed=5)
+    finally:
+        torch.set_num_threads(2)
+    assert runs[1] == runs[2]
 
 
 def test_model_writes_annotations(engine):

@@ -138,6 +138,7 @@ def test_a_grading_play_looks_like_a_validation_play(tmp_path, backend, toy_mode
     )
     seen_val, seen_test = _observations(val), _observations(test)
     assert len(seen_val) == 3 and len(seen_test) == 5 and test.answered == 5 and test.n == 5
+    assert val.server_threads == test.server_threads == cfg.server_threads == 1  # the harness has 2
     reference = seen_val[0]["seen"]
     for obs in seen_val + seen_test:
         diff = {k: _delta(reference[k], obs["seen"][k]) for k in reference if obs["seen"][k] != reference[k]}

@@ -19,6 +19,7 @@ from vtb import runner
 from vtb.blind import null_model
 from vtb.engine.infer import Engine
 from vtb.sandbox.base import Limits
+from vtb.sandbox.runtime import thread_env
 from vtb.service import ModelService, ServiceError
 
 LIMITS = Limits(wall_seconds=120, cpu_seconds=120)
@@ -168,6 +169,18 @@ def test_a_harness_reaches_the_model_only_through_the_api_with_its_key(tmp_path,
     # The server's seconds are marked as its own (not floored: it counted its tokens); the harness's are not.
     assert service.charge.served_cpu_seconds == service.charge.cpu_seconds > 0
     assert out.charge.served_cpu_seconds == 0 and out.charge.cpu_seconds > 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_model_server_runs_on_the_threads_it_is_given(backend, toy_model_dir):
+    """The server's torch threads are the sandbox's unless its env sets them (sandbox.server_threads:
+    pipeline.play sets one), and it says which it ran on."""
+    sandbox = sandbox_backend(backend, threads=2)
+    with ModelService(sandbox, toy_model_dir, LIMITS) as service:
+        pass
+    with ModelService(sandbox, toy_model_dir, LIMITS, env=thread_env(1)) as alone:
+        pass
+    assert (service.threads, alone.threads) == (2, 1)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -86,6 +86,9 @@ def test_the_fingerprint_names_the_pins_and_a_probe_of_this_machine(backend) -> 
     if backend == "docker":  # the host's runtime mounted, the same CPU: the same fingerprint as bwrap
         assert fp["id"] == repro.fingerprint(SandboxConfig(backend="bwrap"))["id"]
     assert record.fingerprint_line(fp).startswith(fp["id"])
+    assert fp["server_threads"] == 1 and "2 threads (1 per model server)" in record.fingerprint_line(fp)
+    two = repro.fingerprint(SandboxConfig(backend=backend, server_threads=None))  # the servers on `threads`
+    assert two["server_threads"] == 2 and two["id"] != fp["id"] and two["probe"] == fp["probe"]
 
 
 def test_a_probe_that_prints_nonsense_is_refused() -> None:

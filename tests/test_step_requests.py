@@ -86,8 +86,8 @@ def test_steps_modules_do_not_import_each_other_in_a_cycle() -> None:
 
 
 def test_a_play_key_is_what_the_bench_keyed_before_and_ignores_where_the_work_happens(tmp_path) -> None:
-    """The key is the old `keys.play_key` (+ the grading cap and shard, as bench.py added them):
-    caches written before the requests still hit; paths and limits are not in it."""
+    """The key is `keys.play_key` (+ the grading cap and shard, as bench.py added them); paths
+    and limits are not in it."""
     from vtb import keys
     from vtb.config import EngineConfig
     from vtb.hashing import hash_json
@@ -107,7 +107,12 @@ def test_a_play_key_is_what_the_bench_keyed_before_and_ignores_where_the_work_ha
         mode="null",
     )
     plain = step_requests.PlayRequest(**base)
-    assert plain.key() == keys.play_key("wk", "hh", "test", "sh", "null", task, engine)
+    assert plain.key() == keys.play_key("wk", "hh", "test", "sh", "null", task, engine, 1)
+    # the model server's threads are in it (sandbox.server_threads; the sandbox's own are not)
+    assert (
+        step_requests.PlayRequest(**{**base, "sandbox": SandboxConfig(server_threads=2)}).key() != plain.key()
+    )
+    assert step_requests.PlayRequest(**{**base, "sandbox": SandboxConfig(threads=4)}).key() == plain.key()
     graded = step_requests.PlayRequest(**base, flops_per_episode=5.0, shard=3)
     old = hash_json([hash_json([plain.key(), "flops-per-episode", 5.0]), "shard", 3])
     assert graded.key() == old

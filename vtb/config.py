@@ -154,6 +154,10 @@ class EngineConfig:
 class SandboxConfig:
     backend: str = "bwrap"
     threads: int = 2  # torch/OMP threads inside the sandbox
+    # torch/OMP threads of a model server (None: `threads`). One by default: a small model's decode
+    # steps are too short for a second thread to pay (measured on the tiny model: the same tokens,
+    # a third more CPU-seconds, no faster), and a bench runs several servers and trainings at once.
+    server_threads: int | None = 1
     # The same CPU code paths on every x86-64 machine with AVX2 (vtb/sandbox/runtime.py
     # REPRODUCIBLE_CPU): the same figures anywhere, at a speed cost measured in docs/reproducibility.md
     reproducible: bool = True
@@ -180,6 +184,19 @@ class SandboxConfig:
     # (vtb/pipeline.py checkpoint_caps) and holds model files only (no optimizer state)
     max_checkpoint_mb: float = 100_000.0
     max_checkpoint_files: int = 10000
+
+    def __post_init__(self) -> None:
+        for name in ("threads", "server_threads"):
+            value = getattr(self, name)
+            if value is None and name == "server_threads":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"sandbox.{name}={value!r}: give a whole number of threads, 1 or more")
+
+    @property
+    def model_server_threads(self) -> int:
+        """The threads a model server runs with."""
+        return self.server_threads or self.threads
 
     def part_caps(self) -> dict[str, Caps]:
         """The caps of each workspace part after a turn: harness/ has its own, smaller size cap."""

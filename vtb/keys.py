@@ -59,7 +59,11 @@ def play_key(
     mode: str,  # model | null | base: which weights answer (grading's checks swap them)
     task: TaskConfig,
     engine: EngineConfig,
+    server_threads: int,
 ) -> str:
+    """`server_threads`: the model server's (sandbox.server_threads). The same tokens in every
+    measurement so far, but a library may sum in another order on more threads, so a play is
+    only reused for its own thread count."""
     return hash_json(
         [
             "play",
@@ -72,6 +76,7 @@ def play_key(
             asdict(task),
             asdict(engine),
             code_version(*PLAY_CODE),
+            server_threads,
         ]
     )
 

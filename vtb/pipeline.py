@@ -30,6 +30,7 @@ from vtb.registry import Registry
 from vtb.results import DataResult, ModelResult, PlayResult, TrainResult, TurnOutcome
 from vtb.sandbox import runtime_mounts
 from vtb.sandbox.base import Limits, Mount
+from vtb.sandbox.runtime import thread_env
 from vtb.service import ModelService, ServiceError, engine_cache_for
 from vtb.step_requests import DataRequest, ModelRequest, PlayRequest, TrainRequest, TurnRequest
 from vtb.workspace import snapshot
@@ -355,7 +356,11 @@ def play(request: PlayRequest) -> PlayResult:
             taken = {b.inner.id for b in shards[-1]}
             decoys = sorted(blind(spare, secret, f"{split}\0decoy"), key=lambda b: b.inner.id in taken)
             shards[-1] = sorted(shards[-1] + decoys[:short], key=lambda b: b.id)
-    env = engine_env(r.engine.name, r.engine.options, r.engine.fallback)
+    # the model server's threads (sandbox.server_threads), set over the sandbox's own
+    env = {
+        **engine_env(r.engine.name, r.engine.options, r.engine.fallback),
+        **thread_env(sandbox_cfg.model_server_threads),
+    }
     cache = engine_cache_for(r.engine.name)
     outcome = runner.EpisodeOutcome({}, Charge(), [], 0, [], [])
     hook = hooks(domain)
@@ -420,6 +425,7 @@ def play(request: PlayRequest) -> PlayResult:
         denials=outcome.denials[:50],
         stderr_tail=outcome.stderr_tail,
         engine=outcome.engine,
+        server_threads=outcome.server_threads,
         artifacts=hook.artifacts(episodes) if hook.artifacts else {},
         audit=pairs,
         written=written,
@@ -472,6 +478,7 @@ def _play_shard(
         outcome.stderr_tail = str(e)[-4000:]
     outcome.charge = outcome.charge + service.charge
     outcome.engine = service.engine
+    outcome.server_threads = service.threads
     outcome.swapped = set(service.swapped)
     if trace is not None:
         counts = trace([b.inner for b in blinded], service.transcript, service.transcript_complete)
@@ -499,6 +506,7 @@ def _merge(a: runner.EpisodeOutcome, b: runner.EpisodeOutcome) -> runner.Episode
         stderr_tail=b.stderr_tail or a.stderr_tail,
         rounds=a.rounds + b.rounds,
         engine=b.engine or a.engine,
+        server_threads=b.server_threads or a.server_threads,
         failed={**a.failed, **b.failed},
         output=b.output or a.output,
         written={**a.written, **b.written},

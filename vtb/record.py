@@ -731,7 +731,9 @@ def fingerprint_line(fp: dict | None) -> str:
         "reproducible": "pinned CPU code paths",
         "gpu": "GPU kernels are not pinned (not comparable bit for bit)",
     }.get(str(fp.get("mode")), "native CPU code paths (not comparable)")
+    # model servers' threads: kept since issue 38's server_threads; older records lack them
+    servers = f" ({fp['server_threads']} per model server)" if fp.get("server_threads") else ""
     return (
-        f"{fp.get('id')} ({mode}; kernels {fp.get('cpu_capability')}, {fp.get('threads')} threads, "
+        f"{fp.get('id')} ({mode}; kernels {fp.get('cpu_capability')}, {fp.get('threads')} threads{servers}, "
         f"torch {fp.get('torch')}, transformers {fp.get('transformers')})"
     )

@@ -39,7 +39,10 @@ def start_fingerprint(cfg: SandboxConfig) -> Future:
     wait on: its few seconds then overlap other start-up work (flows/bench.py starts it beside
     the Prefect server). Its figures are a hash of bits, so load does not change them. A failed
     probe is forgotten, so the next call runs it again."""
-    shape = (cfg.backend, cfg.threads, cfg.reproducible, cfg.image, cfg.runtime, cfg.gpus, cfg.memory_mb)
+    shape = (
+        cfg.backend, cfg.threads, cfg.model_server_threads, cfg.reproducible, cfg.image, cfg.runtime,
+        cfg.gpus, cfg.memory_mb,
+    )  # fmt: skip
     with _LOCK:
         if shape not in _SEEN:
             future: Future = Future()
@@ -74,6 +77,7 @@ def _fingerprint(cfg: SandboxConfig) -> dict:
         "mode": "gpu" if cfg.gpus else "reproducible" if cfg.reproducible else "native",
         "pins": dict(REPRODUCIBLE_CPU) if cfg.reproducible else {},
         **probe,
+        "server_threads": cfg.model_server_threads,  # the model servers' (the probe runs on `threads`)
         "transformers": _version("transformers"),
     }
     out["id"] = hashlib.sha256(json.dumps(out, sort_keys=True).encode()).hexdigest()[:12]

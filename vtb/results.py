@@ -69,6 +69,7 @@ class PlayResult:
     denials: list = field(default_factory=list)
     stderr_tail: str = ""
     engine: str = ""
+    server_threads: int | None = None  # the model server's CPU threads (sandbox.server_threads)
     artifacts: dict = field(default_factory=dict)  # files the domain's own tooling reads (SWE-bench)
     audit: list[dict] | None = None  # a provenance audit's episodes scored both ways (vtb/provenance.py)
     written: dict[str, dict] | None = None  # the written check: each episode's answer lines traced

@@ -266,6 +266,7 @@ class EpisodeOutcome:
     stderr_tail: str = ""
     rounds: int = 0
     engine: str = ""  # the engine the harness ran on, as it reported it (e.g. a vllm fallback)
+    server_threads: int | None = None  # the CPU threads the model server said it ran on
     failed: dict[str, str] = field(default_factory=dict)  # episode id -> why it ended without an action
     output: dict = field(default_factory=dict)  # the harness's stdout: StreamStats + garbage_lines
     swapped: set[int] = field(default_factory=set)  # a provenance audit: the swap pairs the server used

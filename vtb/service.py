@@ -91,6 +91,7 @@ class ModelService:
     transcript_complete: bool = False
     exhausted: bool = False  # the server refused a request for the budget
     engine: str = ""  # the engine that served, as the server's usage file says
+    threads: int | None = None  # the CPU threads its torch ops ran on, as the server said when ready
     charge: Charge = field(default_factory=Charge)
     result: SandboxResult | None = None
     _proc: SandboxProcess | None = None
@@ -143,10 +144,14 @@ class ModelService:
         """The server's stdout: one JSON event per line (ready, budget); anything else is ignored."""
         for line in bounded_lines(self._proc.stdout, StreamStats()):
             try:
-                event = json.loads(line).get("event")
+                found = json.loads(line)
+                event = found.get("event")
             except (ValueError, AttributeError):
                 continue
             if event == "ready":
+                threads = found.get("threads")
+                if isinstance(threads, int) and not isinstance(threads, bool) and 0 < threads <= 4096:
+                    self.threads = threads
                 ready.put("ready")
             elif event == "budget":
                 self.exhausted = True

@@ -123,6 +123,7 @@ class PlayRequest:
             self.mode,
             self.task,
             self.engine,
+            self.sandbox.model_server_threads,
         )
         if self.flops_per_episode is not None:  # a different cap is a different play
             key = hash_json([key, "flops-per-episode", self.flops_per_episode])

@@ -272,11 +272,17 @@ REPRODUCIBLE_CPU = {
 }
 
 
+def thread_env(threads: int) -> dict[str, str]:
+    """The variables that set how many threads the math libraries and torch use in a sandbox."""
+    n = str(threads)
+    keys = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "RAYON_NUM_THREADS", "VTB_THREADS")
+    return dict.fromkeys(keys, n)
+
+
 def sandbox_env(
     threads: int, limits: Limits, env: dict[str, str] | None, reproducible: bool = True
 ) -> dict[str, str]:
     """The whole environment inside a sandbox (any backend): nothing is inherited from the orchestrator."""
-    n = str(threads)
     out = {
         "PATH": SANDBOX_PATH,
         "HOME": "/tmp",
@@ -291,8 +297,7 @@ def sandbox_env(
         # Idle OpenMP threads sleep instead of spinning: CPU-seconds then meter work, not load
         # (measured: 3.3x fewer CPU-seconds for the same training under 3x oversubscription).
         "OMP_WAIT_POLICY": "PASSIVE",
-        **{k: n for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")},
-        **{k: n for k in ("RAYON_NUM_THREADS", "VTB_THREADS")},
+        **thread_env(threads),
     }
     out.update(env or {})
     if reproducible:

@@ -435,7 +435,9 @@ def main(argv: list[str] | None = None) -> int:
         transcript=Writer(args.transcript) if args.transcript else None,
     )
     server = serve(api, args.socket)
-    print(json.dumps({"event": "ready", "engine": engine.name}), file=events, flush=True)
+    torch = sys.modules.get("torch")  # the threads its CPU ops use (sandbox.server_threads)
+    threads = torch.get_num_threads() if torch is not None else None
+    print(json.dumps({"event": "ready", "engine": engine.name, "threads": threads}), file=events, flush=True)
     sys.stdin.read()  # until the orchestrator closes our stdin
     server.shutdown()
     if engine.name == "transformers":
