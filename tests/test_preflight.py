@@ -197,6 +197,11 @@ def test_a_mistyped_key_or_option_is_refused_with_the_closest_valid_ones(tmp_pat
         ("agent=gredy",): "did you mean agent=greedy?",
         ("task=tau", "task.n_userz=3"): "did you mean task.n_users",  # the task node typed by its domain
         ("agent.command=x",): "add it as +agent.command=",  # typed, but agent=greedy does not set it
+        # a bare false is YAML's boolean: the text setting would hold 'False' (a command `False`)
+        ("agent=cli", "agent.command=false"): "agent.command=false is read as a boolean, but "
+        "agent.command is text (it would hold 'False'): quote the value for Hydra, \"agent.command='false'\"",
+        ("agent=cli", "agent.command='false'"): None,  # quoted: the text false
+        ("sandbox.reproducible=false",): None,  # a boolean setting takes it as it is
         ("-m", "agent=noop,gredy"): None,  # a multirun is checked on each sweep's first value
     }
     for args, expected in cases.items():

@@ -85,7 +85,7 @@ def check_command_line(args: list[str], name: str = "bench") -> None:
         firsts.append(o.input_line if not o.is_sweep_override() else f"{key}={_as_override(value)}")
     try:
         if name == "bench":
-            compose_config(firsts)
+            _no_booleans_as_text(parsed, compose_config(firsts))
             inner = []
         else:
             sweep = _compose_other(name, firsts)
@@ -99,6 +99,25 @@ def check_command_line(args: list[str], name: str = "bench") -> None:
             check_command_line([str(o) for o in inner], "bench")
         except ValueError as e:
             raise ValueError(f"in overrides: {e}") from None
+
+
+def _no_booleans_as_text(parsed: list, cfg: BenchConfig) -> None:
+    """Refuse a bare `true`/`false` given to a text setting: Hydra reads it as a boolean and the
+    typed config then holds 'True' or 'False' (`agent.command=false` ran a command `False`)."""
+    for o in parsed:
+        value = None if o.is_sweep_override() else o.value()
+        if not isinstance(value, bool):
+            continue
+        key = o.get_key_element().lstrip("+~")
+        node: Any = cfg
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else getattr(node, part, None)
+        if isinstance(node, str):
+            raw = o.input_line.split("=", 1)[1]
+            raise ValueError(
+                f"{key}={raw} is read as a boolean, but {key} is text (it would hold {node!r}): "
+                f"quote the value for Hydra, \"{key}='{raw}'\""
+            )
 
 
 def _compose_other(name: str, overrides: list[str]) -> Any:
