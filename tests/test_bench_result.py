@@ -1,0 +1,77 @@
+"""WIP (issue 40): result.json as a typed value. Reads what `check_result` reads, refuses what it
+refuses (but the sweep's own `location`), and writes a schema-3 result back key for key."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from test_result_check import GOOD, _with, test_a_malformed_result_is_refused_with_its_reason
+
+from vtb.bench_result import BadResult, BenchResult
+from vtb.codesign import CORNERS
+
+FULL = {
+    "schema_version": 3,
+    "run_id": GOOD["run_id"],
+    "git": {"commit": "0123456", "dirty": False},
+    "started_at": "2026-12-06T10:00:00+00:00",
+    "ended_at": "2026-12-06T10:07:00+00:00",
+    "task": "math",
+    "source": "embedded",
+    "metric": "strict",
+    "test_split": {"kind": "public", "salt_sha256": "a" * 64},
+    "reproducibility": {"id": "3daba762f437", "mode": "reproducible"},
+    "agent": "noop",
+    "model": "tiny",
+    "seed": 0,
+    "initial": {"test_score": 0.1, "val_score": 0.2, "pass^2": 0.05},
+    "submitted": {
+        "test_score": 0.3,
+        "pass^2": 0.5,
+        "val_score": 0.25,
+        "iteration": 2,
+        "flagged_by_null_model": False,
+        "flagged_by_grading_cap": False,
+        "flagged_by_provenance": None,
+        "provenance": None,
+        "base_model_test_score": 0.0,
+        "item_rewards": {"test-0000": 1.0, "test-0001": 0.0},
+    },
+    "reference": {"test_score": 0.6},
+    "budget": GOOD["budget"],
+    "iterations": 3,
+    "gains_by_part": {"data": 0.01, "harness": 0.1},
+    "contamination": {"flagged": False},
+    "grading_determinism": None,
+    "analysis": {
+        "grid": {
+            "corners": [{"corner": c, "test_score": 0.1} for c in CORNERS],
+            "verdict": "additive",
+            "effects": {},
+        }
+    },
+    "item_rewards_file": "item_rewards.json",
+    "record": "/runs/x",
+}
+
+
+def test_a_whole_result_reads_into_types_and_writes_back_key_for_key() -> None:
+    typed = BenchResult.from_json(json.loads(json.dumps(FULL)))
+    assert typed.submitted.score.extra == {"pass^2": 0.5} and typed.budget.agent_tokens == 0
+    assert not typed.flagged and typed.reference.test_score == 0.6
+    assert json.dumps(typed.to_json()) == json.dumps(FULL)
+
+
+def _cases():
+    (mark,) = [
+        m for m in test_a_malformed_result_is_refused_with_its_reason.pytestmark if m.name == "parametrize"
+    ]
+    return [c for c in mark.args[1] if not c[0].startswith("location")]  # location: the sweep's own
+
+
+@pytest.mark.parametrize(("path", "value", "reason"), _cases())
+def test_what_the_sweeps_check_refuses_the_reader_refuses(path, value, reason) -> None:
+    with pytest.raises(BadResult, match=re.escape(reason)):
+        BenchResult.from_json(_with(path, value))
