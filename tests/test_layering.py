@@ -36,10 +36,11 @@ LAYERS: list[tuple[str, ...]] = [
         "vtb.engine",
         "vtb.sandbox",
         "vtb.results",
-        "vtb.result_check",
         "vtb.run_result",
+        "vtb.bench_result",
     ),
     (
+        "vtb.result_check",
         "vtb.runner",
         "vtb.workspace",
         "vtb.record",
