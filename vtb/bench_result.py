@@ -1,11 +1,11 @@
-"""result.json as one typed value: what `record.finish` writes and every reader reads back.
+"""result.json as one typed value: what a run's result holds, read back as strictly as a leaderboard needs.
 
-WIP (branch wip/bench-result, issue 40): not yet used by record.finish, result_check, the
-leaderboard or flows/. `to_json()` is today's schema-3 dict key for key (so result.json does not
-change); `from_json()` is the one reader, as strict as `result_check.check_result` on what a
-leaderboard uses and lenient on the rest (absent: None), raising `BadResult` naming the field.
-Records of schema <= 2 hold the same fields with the rewards inline, which is how
-`result_files.load_result` hands every record over, so one reader serves all.
+`from_json()` is the reader: strict (a `BadResult` naming the field) on every figure a
+leaderboard uses, lenient (None) on the rest; the sweep's check of results from shared storage
+(vtb/result_check.py) is this plus where and whose. `to_json()` gives today's schema-3 object
+key for key. Records of schema <= 2 hold the same fields with the rewards inline, which is how
+`result_files.load_result` hands every record over, so one reader serves all. Issue 40's next
+steps: record.finish builds it, the report, the leaderboard's RunResult and flows/ read it.
 """
 
 from __future__ import annotations
