@@ -16,6 +16,10 @@
 #                                    it points to, at the paths they have here, for the `docker`
 #                                    work pool (prefect.yaml, bench-docker). System dirs (/usr) come
 #                                    from the Docker host read-only, as for vtb/runtime. Offline.
+#   scripts/build_images.sh orchestrator-check
+#                                    exit 0 if vtb/orchestrator (or $ORCHESTRATOR_IMAGE) was built
+#                                    from this checkout, at this path, with these sources; else say
+#                                    what differs and exit 1 (scripts/deploy.sh --docker runs it)
 #   scripts/build_images.sh stage    only .sandbox-code/vtb (the sandbox layout the images copy), for
 #                                    a manual `docker build -f containers/<image>.Dockerfile .`
 # Needs a running Docker Engine (`dockerd --iptables=false --bridge=none &` as root works here).
@@ -85,10 +89,30 @@ orchestrator() {
   case "$base" in /usr|/usr/*) base="" ;; esac   # a system Python comes with /usr from the host
   tar -c "${ex[@]}" -C "$root" . -C / "${repo#/}" ${base:+"${base#/}"} |
     "$DOCKER" import -c 'LABEL vtb.image=orchestrator' -c "LABEL vtb.source=$(source_id)" \
+      -c "LABEL vtb.checkout=$repo" \
       -c "ENV PATH=$repo/.venv/bin:/usr/local/bin:/usr/bin:/bin" \
       -c "ENV HOME=/tmp" -c "WORKDIR $repo" - vtb/orchestrator:latest >/dev/null
   rm -rf "$root"
   echo "[images] vtb/orchestrator:latest ($repo with .venv, Python from ${base:-/usr})"
+}
+
+# An orchestrator image works only for the checkout it was built from, at that path (the pull step
+# enters it; the sandboxes' mounts name it), and runs the code it was built with: an image of
+# another folder fails every flow run at its first step, one of other sources runs stale code.
+orchestrator_check() {
+  local image=${ORCHESTRATOR_IMAGE:-vtb/orchestrator:latest} have want
+  if ! have=$("$DOCKER" image inspect -f \
+      '{{ or (index .Config.Labels "vtb.checkout") "an unnamed folder" }} (sources {{ index .Config.Labels "vtb.source" }})' \
+      "$image" 2>/dev/null); then
+    echo "[images] $image does not exist: build it here with scripts/build_images.sh orchestrator" >&2
+    return 1
+  fi
+  want="$(pwd) (sources $(source_id))"
+  if [ "$have" != "$want" ]; then
+    echo "[images] $image was built from $have, not from this checkout, $want:" \
+      "rebuild it here with scripts/build_images.sh orchestrator" >&2
+    return 1
+  fi
 }
 
 # The sandbox layout of the vtb package (vtb.sandbox.runtime.SANDBOX_CODE, the one list of what
@@ -128,6 +152,7 @@ case "$what" in
   stage) stage_sandbox_code ;;
   hostroot) hostroot ;;
   orchestrator) runtime; orchestrator ;;
+  orchestrator-check) orchestrator_check ;;
   source-id) source_id ;;
-  *) echo "usage: $0 [runtime|base|full|hostroot|orchestrator|stage|source-id]" >&2; exit 2 ;;
+  *) echo "usage: $0 [runtime|base|full|hostroot|orchestrator|orchestrator-check|stage|source-id]" >&2; exit 2 ;;
 esac

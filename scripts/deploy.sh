@@ -7,7 +7,8 @@
 #   --name N   deploy only deployment N (default: nightly-sweep and bench, the vtb-local ones)
 #   --docker   also create the `vtb-docker` pool (needs prefect-docker) and deploy bench-docker;
 #              its data folder is VTB_DOCKER_DATA (default /srv/vtb), its result storage
-#              VTB_RESULTS (default $VTB_DOCKER_DATA/results)
+#              VTB_RESULTS (default $VTB_DOCKER_DATA/results); refused unless vtb/orchestrator
+#              was built from this checkout as it is (scripts/build_images.sh orchestrator)
 #   --worker   then start a worker for the vtb-local pool here, in the foreground (Ctrl-C stops it)
 # PREFECT_API_URL defaults to http://127.0.0.1:4200/api (scripts/prefect_server.sh).
 set -euo pipefail
@@ -25,6 +26,11 @@ while [ $# -gt 0 ]; do
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+
+if [ "$DOCKER" = 1 ] && ! scripts/build_images.sh orchestrator-check; then
+  echo "[deploy] nothing deployed: a bench-docker flow run would start in that image" >&2
+  exit 1
+fi
 
 export VTB_REPO VTB_DOCKER_DATA VTB_RESULTS VTB_SALT_DIR
 VTB_REPO=$(pwd)

@@ -100,6 +100,15 @@ def sandbox_backend(name: str, **kwargs):
 BACKENDS = ["bwrap", pytest.param("docker", marks=pytest.mark.docker)]
 
 
+def require_docker_engine() -> None:
+    """Skip unless a Docker Engine answers; in CI (VTB_REQUIRE_DOCKER=1) fail instead."""
+    docker = subprocess.run(["docker", "info"], capture_output=True, text=True)
+    if docker.returncode != 0:
+        if os.environ.get("VTB_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"no Docker Engine: {docker.stderr[-500:]}")
+        pytest.skip("no Docker Engine (scripts/start_docker.sh)")
+
+
 def needs_bwrap():
     return pytest.mark.skipif(
         shutil.which("bwrap") is None, reason="bubblewrap not installed (scripts/install.sh)"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import TINY_OVERRIDES, needs_bwrap, run_deploy_script
+from tests.conftest import TINY_OVERRIDES, needs_bwrap, require_docker_engine, run_deploy_script
 
 pytestmark = [pytest.mark.slow, needs_bwrap()]
 
@@ -216,3 +216,71 @@ def test_nightly_deployment_runs_a_sweep_through_a_worker(tmp_path) -> None:
     assert artifacts[f"report-{key}"].flow_run_id == benches[0].id
     assert artifacts[f"iterations-{key}"].flow_run_id == benches[0].id
     assert "| math | noop | 1 |" in artifacts["leaderboard"].data
+
+
+@pytest.mark.docker
+def test_the_docker_deployment_is_refused_for_an_image_of_another_checkout(tmp_path) -> None:
+    """A bench-docker flow run starts in vtb/orchestrator at the checkout's path: an image built
+    from another folder fails every flow run at its first step (the sweep reads only "crashed"),
+    one of other sources runs stale code. deploy.sh --docker says so before deploying, and before
+    it even asks for the Prefect server (none runs here)."""
+    require_docker_engine()
+    build = REPO / "scripts" / "build_images.sh"
+    source = subprocess.run(
+        [str(build), "source-id"], capture_output=True, text=True, cwd=REPO
+    ).stdout.strip()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env["PREFECT_API_URL"] = f"http://127.0.0.1:{_free_port()}/api"  # nothing listens
+    tag = f"vtb-test/orchestrator-elsewhere:{os.getpid()}"
+    cases = {
+        "other folder": ("/srv/other-checkout", source),
+        "other sources": (str(REPO), source + "0"),
+    }
+    try:
+        for what, (checkout, labelled) in cases.items():
+            imported = subprocess.run(
+                [
+                    "docker",
+                    "import",
+                    "-c",
+                    f"LABEL vtb.checkout={checkout}",
+                    "-c",
+                    f"LABEL vtb.source={labelled}",
+                    "-",
+                    tag,
+                ],
+                input=b"",  # an empty tar stream: an image of no files is enough for its labels
+                capture_output=True,
+            )
+            assert imported.returncode == 0, imported.stderr
+            deploy = subprocess.run(
+                [str(REPO / "scripts" / "deploy.sh"), "--docker"],
+                cwd=REPO,
+                env={**env, "ORCHESTRATOR_IMAGE": tag},
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert deploy.returncode == 1, (what, deploy.stdout, deploy.stderr)
+            assert (
+                f"{tag} was built from {checkout} (sources {labelled}), not from this checkout"
+                in deploy.stderr
+            )
+            assert f"{REPO} (sources {source})" in deploy.stderr
+            assert (
+                "scripts/build_images.sh orchestrator" in deploy.stderr
+                and "nothing deployed" in deploy.stderr
+            )
+            assert "Prefect server" not in deploy.stderr + deploy.stdout, what
+        subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
+        deploy = subprocess.run(
+            [str(REPO / "scripts" / "deploy.sh"), "--docker"],
+            cwd=REPO,
+            env={**env, "ORCHESTRATOR_IMAGE": tag},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert deploy.returncode == 1 and f"{tag} does not exist: build it here" in deploy.stderr
+    finally:
+        subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TINY_OVERRIDES, needs_bwrap, run_deploy_script
+from tests.conftest import TINY_OVERRIDES, needs_bwrap, require_docker_engine, run_deploy_script
 from tests.test_deploy import PREFECT, REPO, Proc, _descendants, _free_port, _wait_for
 
 pytestmark = [pytest.mark.slow, needs_bwrap()]
@@ -368,28 +368,11 @@ def test_two_gpus_four_benches_never_more_than_one_bench_per_gpu(cluster, monkey
 
 
 def _orchestrator_image() -> None:
-    """vtb/orchestrator of this checkout as it is now, built (offline) unless it already is; a
-    missing engine skips the test, except in CI (VTB_REQUIRE_DOCKER=1), where it fails it."""
-    docker = subprocess.run(["docker", "info"], capture_output=True, text=True)
-    if docker.returncode != 0:
-        if os.environ.get("VTB_REQUIRE_DOCKER") == "1":
-            pytest.fail(f"no Docker Engine: {docker.stderr[-500:]}")
-        pytest.skip("no Docker Engine (scripts/start_docker.sh)")
+    """vtb/orchestrator of this checkout as it is now, at this path, built (offline) unless it
+    already is; a missing engine skips the test, except in CI (VTB_REQUIRE_DOCKER=1)."""
+    require_docker_engine()
     build = REPO / "scripts" / "build_images.sh"
-    want = subprocess.run([str(build), "source-id"], capture_output=True, text=True, cwd=REPO).stdout.strip()
-    have = subprocess.run(
-        [
-            "docker",
-            "image",
-            "inspect",
-            "-f",
-            '{{ index .Config.Labels "vtb.source" }}',
-            "vtb/orchestrator:latest",
-        ],
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    if have != want:
+    if subprocess.run([str(build), "orchestrator-check"], capture_output=True, cwd=REPO).returncode != 0:
         t0 = time.monotonic()
         subprocess.run([str(build), "orchestrator"], check=True, cwd=REPO, timeout=900)
         print(f"[test] built vtb/orchestrator in {time.monotonic() - t0:.0f} s")
