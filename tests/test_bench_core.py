@@ -20,6 +20,7 @@ import pytest
 
 from vtb import result_files
 from vtb.bench import Bench, Steps
+from vtb.bench_result import BenchResult
 from vtb.compose import compose_config
 from vtb.config import BenchConfig
 from vtb.ledger import Charge
@@ -503,6 +504,8 @@ def test_a_flagged_submission_is_scored_and_marked_and_a_regrade_is_compared(tmp
     assert rewards["run_id"] == result["run_id"] and set(rewards["systems"]) >= {"initial", "submitted"}
     assert rewards["systems"]["submitted"] == result["submitted"]["item_rewards"]
     assert result_files.load_result(record_dir / "result.json") == json.loads(json.dumps(result))
+    read_back = BenchResult.from_json(result_files.load_result(record_dir / "result.json"))
+    assert read_back.to_json() == json.loads(json.dumps(result)) and read_back.flagged  # the one reader
     table = (record_dir / "item_rewards.csv").read_text().splitlines()
     assert table[0].startswith("item,initial,submitted") and [r.split(",")[0] for r in table[1:]] == [
         "test-0",

@@ -36,7 +36,6 @@ LAYERS: list[tuple[str, ...]] = [
         "vtb.engine",
         "vtb.sandbox",
         "vtb.results",
-        "vtb.run_result",
         "vtb.bench_result",
     ),
     (

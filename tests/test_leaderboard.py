@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 
 import pytest
 
 from vtb import leaderboard
+from vtb.bench_result import BadResult
 from vtb.leaderboard import aggregate, bootstrap_ci, is_flagged, main, normalised_gain, pairs, rows, write
 
 
@@ -18,8 +20,9 @@ def _result(
         "run_id": f"{task}-{agent}-s{seed}",
         "task": task,
         "agent": agent,
+        "model": "tiny",
         "seed": seed,
-        "submitted": {"test_score": submitted},
+        "submitted": {"test_score": submitted, "iteration": 1},
         "initial": {"test_score": initial},
         "reference": None if reference is None else {"test_score": reference},
         "budget": {"used": 1e12 * (seed + 1), "unit": "flops"},
@@ -145,9 +148,10 @@ def test_noise_columns_and_paired_comparison_of_greedy_and_noop() -> None:
     del results[0]["submitted"]["item_rewards"]
     (pair,) = pairs(results)
     assert pair.items == 0 and pair.diff == pytest.approx(0.5)
-    # a reward that is not a finite number is not used as one
+    # a reward that is not a finite number in [0, 1] is never used as one: the result is refused
     results[1]["submitted"]["item_rewards"]["test-00"] = float("inf")
-    assert pairs(results)[0].items == 0
+    with pytest.raises(BadResult, match=re.escape("submitted.item_rewards['test-00'] = inf is not a finite")):
+        pairs(results)
 
 
 def test_runs_read_back_with_their_item_rewards_file_and_old_records_too(tmp_path) -> None:
@@ -317,9 +321,11 @@ def test_runs_whose_figures_cannot_match_bit_for_bit_are_never_pooled() -> None:
 
 
 def test_a_result_is_read_once_into_a_typed_value_and_a_bad_one_is_refused_by_name(tmp_path) -> None:
-    """The leaderboard reads each result.json once (vtb/run_result.py): the rules on absent or odd
-    fields live there, and a result lacking a figure it needs is refused naming file and field."""
-    from vtb.run_result import BadRun, RunResult
+    """The leaderboard reads each result.json once, through the one reader (BenchResult.from_json)
+    into the view it pools (RunResult): the rules on absent or odd fields live there, and
+    a result with a figure missing or unsound is refused naming file and field."""
+    from vtb.bench_result import BadResult
+    from vtb.leaderboard import RunResult
 
     r = _with_items(_result("math", "greedy", 0, 0.5, 0.1, None), 3, n=4)
     r["submitted"]["flagged_by_grading_cap"] = True
@@ -333,13 +339,20 @@ def test_a_result_is_read_once_into_a_typed_value_and_a_bad_one_is_refused_by_na
         None,
     )
     assert typed.item_rewards == {"test-00": 1.0, "test-01": 1.0, "test-02": 1.0, "test-03": 0.0}
-    r["submitted"]["item_rewards"]["test-00"] = float("nan")
-    assert RunResult.from_json(r).item_rewards is None  # unusable: compared over seeds only
+    assert (
+        RunResult.from_json({**r, "submitted": {**r["submitted"], "item_rewards": {}}}).item_rewards is None
+    )
     run = tmp_path / "math-greedy-s0"
     run.mkdir()
-    (run / "result.json").write_text(json.dumps({**r, "initial": {"test_score": "high"}}))
-    with pytest.raises(BadRun, match=r"math-greedy-s0/result.json: initial.test_score is 'high'"):
-        leaderboard.read_results(tmp_path)
-    (run / "result.json").write_text(json.dumps({k: v for k, v in r.items() if k != "budget"}))
-    with pytest.raises(BadRun, match=r"lacks KeyError: 'budget'"):
-        leaderboard.read_results(tmp_path)
+    bad = {
+        "initial": ({"test_score": "high"}, "initial.test_score is str, not a number"),
+        "budget": (None, "budget is NoneType, not an object"),
+        "submitted": (
+            {**r["submitted"], "item_rewards": {**r["submitted"]["item_rewards"], "test-00": float("nan")}},
+            "submitted.item_rewards['test-00'] = nan is not a finite number in [0.0, 1.0]",
+        ),
+    }
+    for key, (value, reason) in bad.items():
+        (run / "result.json").write_text(json.dumps({**r, key: value}))
+        with pytest.raises(BadResult, match=re.escape(f"math-greedy-s0/result.json: {reason}")):
+            leaderboard.read_results(tmp_path)

@@ -13,6 +13,7 @@ from html.parser import HTMLParser
 import pytest
 from markdown_it import MarkdownIt
 
+from vtb.bench_result import BenchResult
 from vtb.record import write_report
 
 HOSTILE_NOTES = [
@@ -43,20 +44,23 @@ def _history() -> list[dict]:
     ]
 
 
-def _result(run_dir) -> dict:
+def _result(run_dir) -> BenchResult:
     entry = {"test_score": 0.5}
-    return {
-        "run_id": "run-1",
-        "task": "math",
-        "agent": "greedy",
-        "seed": 0,
-        "initial": entry,
-        "submitted": {**entry, "iteration": 1},
-        "reference": None,
-        "gains_by_part": {"harness": 0.1},
-        "budget": {"used": 1.0, "limit": 2.0, "unit": "flops", "cpu_seconds": 3.0},
-        "record": str(run_dir),
-    }
+    return BenchResult.from_json(
+        {
+            "run_id": "run-1",
+            "task": "math",
+            "agent": "greedy",
+            "model": "tiny",
+            "seed": 0,
+            "initial": entry,
+            "submitted": {**entry, "iteration": 1},
+            "reference": None,
+            "gains_by_part": {"harness": 0.1},
+            "budget": {"used": 1.0, "limit": 2.0, "unit": "flops", "cpu_seconds": 3.0},
+            "record": str(run_dir),
+        }
+    )
 
 
 def _grades() -> dict:

@@ -306,18 +306,23 @@ def test_kit_data_tools_run_on_real_tasks(provisioned, tmp_path, capsys):
 def test_the_summary_says_how_many_episodes_were_not_judged():
     """A score with unjudged components is never printed as if it were whole."""
     from vtb import record
+    from vtb.bench_result import BenchResult
+    from vtb.results import Grade
 
-    entry = {"test_score": 0.25, **record._passes({"metrics": {"pass^1": 0.25, "not_judged": 1}})}
+    score = record._score(Grade(0.25, metrics={"pass^1": 0.25, "not_judged": 1})).to_json()
     budget = {"used": 1.0, "limit": 2.0, "unit": "flops", "cpu_seconds": 1.0}
     result = {
+        "run_id": "tau-noop-s0",
         "task": "tau",
         "agent": "noop",
+        "model": "tiny",
         "seed": 0,
-        "initial": entry,
-        "submitted": entry,
+        "initial": score,
+        "submitted": {**score, "iteration": 0},
         "reference": None,
     }
     result |= {"budget": budget, "gains_by_part": {}, "contamination": None, "record": "runs/x"}
+    result = BenchResult.from_json(result)
     table = record.summary_table(result)
     assert (
         "initial system (test)     0.250  (1 episodes not judged: scored on their other components)" in table

@@ -670,7 +670,7 @@ class Bench:
         result = self.rec.finish(self.cfg, outcome, self.ledger, self.store)
         self.rec.write_timings(time.monotonic() - self.t0, self.timings)
         progress.say(record.summary_table(result))
-        return result
+        return result.to_json()
 
 
 def _agent_use(turn: TurnOutcome | None) -> dict:

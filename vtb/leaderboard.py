@@ -40,8 +40,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from vtb import codesign, noise, result_files
+from vtb.bench_result import BadResult, BenchResult
 from vtb.markdown import md_text
-from vtb.run_result import BadRun, Grid, RunResult
 
 BOOTSTRAP_SAMPLES = 10_000
 BOOTSTRAP_SEED = 0  # fixed: the same runs give the same CIs
@@ -68,6 +68,100 @@ def normalised_gain(score: float, initial: float, reference: float | None) -> fl
     if reference is None or reference <= initial:
         return None
     return (score - initial) / (reference - initial)
+
+
+# A run's result as the leaderboard pools it: a view of a BenchResult (vtb/bench_result.py, the one
+# reader of result.json, strict on every figure used here). What an absent test split or
+# fingerprint means, which rewards pair items, when a run is flagged: decided here once; a result
+# the reader refuses is refused with its reason (BadResult, naming the field), never half read.
+
+
+@dataclass(frozen=True)
+class Corner:
+    """One system of the co-design grid: its test score and, where it has them, its per-item rewards."""
+
+    code: str  # "000" (initial) ... "111" (submitted): data, trainer, harness
+    test_score: float
+    item_rewards: dict[str, float] | None
+
+
+@dataclass(frozen=True)
+class Grid:
+    corners: dict[str, Corner]
+    verdict: str  # one of vtb.codesign.VERDICTS
+
+    @property
+    def per_item(self) -> bool:
+        """Whether every corner has per-item rewards (a contrast is then paired per item)."""
+        return all(c.item_rewards is not None for c in self.corners.values())
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_id: str
+    task: str
+    agent: str
+    seed: int
+    initial: float  # test scores
+    submitted: float
+    reference: float | None  # None: the run built no reference system
+    budget_used: float
+    budget_unit: str
+    flagged: bool  # by the contamination scan, the null-model check, the grading cap or the audit
+    split: tuple[str, str]  # (kind, salt sha256) of its test split; ("", "") before it was kept
+    fingerprint: str  # its reproducibility id, "<mode> <id>" where kernels were not pinned; "" unrecorded
+    item_rewards: dict[str, float] | None  # the submission's, per test item
+    grid: Grid | None  # the co-design grid, where the analysis ran and found effects
+
+    @classmethod
+    def from_json(cls, r: object) -> RunResult:
+        """result.json's content (rewards joined, as result_files.load_result reads it)."""
+        return cls.of(BenchResult.from_json(r))
+
+    @classmethod
+    def of(cls, r: BenchResult) -> RunResult:
+        split = r.test_split or {}
+        return cls(
+            run_id=r.run_id,
+            task=r.task,
+            agent=r.agent,
+            seed=r.seed,
+            initial=r.initial.test_score,
+            submitted=r.submitted.score.test_score,
+            reference=r.reference.test_score if r.reference else None,
+            budget_used=r.budget.used,
+            budget_unit=r.budget.unit,
+            flagged=r.flagged,
+            split=(split.get("kind", ""), split.get("salt_sha256", "")),
+            fingerprint=_fingerprint(r.reproducibility),
+            item_rewards=r.submitted.item_rewards or None,  # none graded: compared over seeds only
+            grid=_grid((r.analysis or {}).get("grid")),
+        )
+
+
+def _fingerprint(fp: dict | None) -> str:
+    """The run's reproducibility fingerprint id (vtb/repro.py), prefixed with its mode ("native",
+    "gpu") where its kernels were not pinned; "" for a record from before it was kept."""
+    if not fp:
+        return ""
+    mode, fid = str(fp.get("mode", ""))[:20], str(fp.get("id", ""))[:20]
+    return fid if mode == "reproducible" else f"{mode or 'native'} {fid}"
+
+
+def _grid(grid: dict | None) -> Grid | None:
+    """The grid as BenchResult.from_json checked it (check_grid: 8 corners, each scored, a known
+    verdict); None where the analysis did not run or found no effects."""
+    if not grid or not grid.get("effects"):
+        return None
+    corners = {
+        c["corner"]: Corner(c["corner"], float(c["test_score"]), _floats(c.get("item_rewards")))
+        for c in grid["corners"]
+    }
+    return Grid(corners, grid["verdict"])
+
+
+def _floats(rewards: dict | None) -> dict[str, float] | None:
+    return {k: float(v) for k, v in rewards.items()} if rewards else None
 
 
 @dataclass
@@ -112,8 +206,8 @@ def read_results(runs_dir: Path) -> list[RunResult]:
     for p in sorted(Path(runs_dir).glob("*/result.json")):
         try:
             out.append(RunResult.from_json(result_files.load_result(p)))
-        except BadRun as e:
-            raise BadRun(f"{p}: {e}") from None
+        except BadResult as e:
+            raise BadResult(f"{p}: {e}") from None
     return out
 
 

@@ -21,11 +21,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from vtb import plots, result_files, safefs, salt
+from vtb.bench_result import BenchResult, Budget, Score, Submitted
 from vtb.config import BenchConfig
 from vtb.hashing import code_version
 from vtb.ledger import Ledger
 from vtb.markdown import md_text
-from vtb.results import RunOutcome
+from vtb.results import Grade, RunOutcome
 
 
 def _dump(path: Path, obj: object) -> None:
@@ -166,9 +167,10 @@ class RunRecord:
             },
         )
 
-    def finish(self, cfg: BenchConfig, run: RunOutcome, ledger: Ledger, store: Path) -> dict:
-        """Write the submission, manifest, grading, ledger, result and report; returns result.json
-        with its per-item rewards joined in (as `result_files.load_result` reads it back)."""
+    def finish(self, cfg: BenchConfig, run: RunOutcome, ledger: Ledger, store: Path) -> BenchResult:
+        """Write the submission, manifest, grading, ledger, result and report; returns the result
+        (its `to_json()` is result.json with the per-item rewards joined in, as
+        `result_files.load_result` reads it back)."""
         history = [c.to_json() for c in run.history]
         chosen = run.chosen.to_json()
         grades = {label: g.to_json() for label, g in run.grades.items()}
@@ -204,74 +206,76 @@ class RunRecord:
             g["denials"] = len(denials[label])
         _dump(self.dir / "grading.json", grades)
         ledger.write(self.dir / "ledger.jsonl")
-        gains = attribute_gains(history, chosen)
-        budget = ledger.summary()
-        result = {
-            "schema_version": SCHEMA_VERSION,
-            "run_id": run_id,
-            "git": git_state(),  # the checkout that ran it: commit, and whether it had local changes
-            "started_at": getattr(self, "started_at", None),
-            "ended_at": _now(),
-            "task": cfg.task.name,
-            "source": cfg.task.source,
-            "metric": cfg.task.metric,  # the reward actually used (math resolves the source's own)
-            # public: the published default salt, so anyone can rebuild this test split (and its
-            # answers); hidden: a salt no published code holds. Never ranked together.
-            "test_split": {
-                "kind": salt.split_kind(run.data.test_salt_sha256),
-                "salt_sha256": run.data.test_salt_sha256,
-            },
-            # which runs' figures this one's can match bit for bit (vtb/repro.py)
-            "reproducibility": run.reproducibility,
-            "agent": cfg.agent.name,
-            "model": cfg.model.name,
-            "seed": cfg.seed,
-            "initial": {
-                "test_score": grades["initial"]["test_score"],
-                "val_score": history[0]["val_score"],
-                **_passes(grades["initial"]),
-            },
-            "submitted": {
-                "test_score": grades["submitted"]["test_score"],
-                **_passes(grades["submitted"]),
-                "val_score": chosen["val_score"],
-                "iteration": chosen["iteration"],
-                "flagged_by_null_model": grades["submitted"].get("flagged"),
-                "flagged_by_grading_cap": bool(grades["submitted"].get("capped")),
-                # None: not audited (the check off, or a domain without one task text)
-                "flagged_by_provenance": (grades["submitted"].get("provenance") or {}).get("flagged"),
-                "provenance": grades["submitted"].get("provenance"),
-                "base_model_test_score": grades["submitted"].get("base_model_score"),
-                "item_rewards": grades["submitted"].get("rewards"),  # per test episode: paired comparisons
-            },
-            "reference": {"test_score": grades["reference"]["test_score"], **_passes(grades["reference"])}
-            if "reference" in grades
-            else None,
-            "budget": {
-                "used": budget["used"],
-                "limit": budget["limit"],
-                "unit": budget["unit"],
-                "flops": budget["flops"],
-                "cpu_seconds": budget["cpu_seconds"],
-                "gpu_seconds": budget.get("gpu_seconds", 0.0),
-                "agent_tokens": budget["agent_tokens"],
-                "agent_cost_usd": round(budget["agent_cost_usd"], 6),
-            },
-            "iterations": len(history) - 1,
-            "gains_by_part": gains,
-            "contamination": self._scan(run.contamination),
-            "grading_determinism": run.determinism,
-            "analysis": run.analysis,
-            "item_rewards_file": result_files.FILE,  # per test item: each graded system and grid corner
-            "record": str(self.dir),
-        }
+        result = self._result(cfg, run, ledger, attribute_gains(history, chosen))
         systems = {label: g.get("rewards") for label, g in grades.items()}  # initial, submitted, reference
         rewards = result_files.document(run_id, systems, (run.analysis or {}).get("grid"))
         _dump(self.dir / result_files.FILE, rewards)
-        _dump(self.dir / "result.json", result_files.strip(result))  # the scores; rewards beside it
+        _dump(self.dir / "result.json", result_files.strip(result.to_json()))  # the scores; rewards beside it
         write_item_rewards(self.dir / "item_rewards.csv", grades)
         write_report(self.dir, result, history, grades)
         return result
+
+    def _result(
+        self, cfg: BenchConfig, run: RunOutcome, ledger: Ledger, gains: dict[str, float]
+    ) -> BenchResult:
+        """result.json's figures, from the run's typed outcome."""
+        grades, chosen = run.grades, run.chosen
+        sub = grades["submitted"]
+        budget = ledger.summary()
+        return BenchResult(
+            schema_version=SCHEMA_VERSION,
+            run_id=run.run_id,
+            git=git_state(),  # the checkout that ran it: commit, and whether it had local changes
+            started_at=getattr(self, "started_at", None),
+            ended_at=_now(),
+            task=cfg.task.name,
+            source=cfg.task.source,
+            metric=cfg.task.metric,  # the reward actually used (math resolves the source's own)
+            # public: the published default salt, so anyone can rebuild this test split (and its
+            # answers); hidden: a salt no published code holds. Never ranked together.
+            test_split={
+                "kind": salt.split_kind(run.data.test_salt_sha256),
+                "salt_sha256": run.data.test_salt_sha256,
+            },
+            reproducibility=run.reproducibility,  # which runs' figures this one's can match bit for bit
+            agent=cfg.agent.name,
+            model=cfg.model.name,
+            seed=cfg.seed,
+            initial=_score(grades["initial"]),
+            initial_val_score=run.history[0].val_score,
+            submitted=Submitted(
+                score=_score(sub),
+                val_score=chosen.val_score,
+                iteration=chosen.iteration,
+                flagged_by_null_model=sub.flagged
+                if sub.null_model_score is not None and not sub.note
+                else None,
+                flagged_by_grading_cap=bool(sub.capped) and not sub.note,
+                # None: not audited (the check off, or a domain without one task text)
+                flagged_by_provenance=(sub.provenance or {}).get("flagged") if not sub.note else None,
+                provenance=None if sub.note else sub.provenance,
+                base_model_test_score=None if sub.note else sub.base_model_score,
+                item_rewards=None if sub.note else sub.rewards,  # per test episode: paired comparisons
+            ),
+            reference=_score(grades["reference"]) if "reference" in grades else None,
+            budget=Budget(
+                used=budget["used"],
+                limit=budget["limit"],
+                unit=budget["unit"],
+                flops=budget["flops"],
+                cpu_seconds=budget["cpu_seconds"],
+                gpu_seconds=budget.get("gpu_seconds", 0.0),
+                agent_tokens=budget["agent_tokens"],
+                agent_cost_usd=round(budget["agent_cost_usd"], 6),
+            ),
+            iterations=len(run.history) - 1,
+            gains_by_part=gains,
+            contamination=self._scan(run.contamination),
+            grading_determinism=run.determinism,
+            analysis=run.analysis,
+            item_rewards_file=result_files.FILE,  # per test item: each graded system and grid corner
+            record=str(self.dir),
+        )
 
 
 def write_item_rewards(path: Path, grades: dict) -> None:
@@ -310,13 +314,13 @@ def edits_text(edits: dict[str, list[str]] | None) -> str:
     return "; ".join(f"{p}: {', '.join(f)}" for p, f in (edits or {}).items()) or "-"
 
 
-def _passes(grade: dict) -> dict:
-    """pass^k (tau) or pass@k (terminal) figures of a grading, if any."""
-    metrics = grade.get("metrics", {})
-    out = {k: v for k, v in metrics.items() if k.startswith(("pass^", "pass@"))}
+def _score(grade: Grade) -> Score:
+    """A graded system's test score with its pass^k (tau) or pass@k (terminal) figures, if any."""
+    metrics = {} if grade.note else grade.metrics
+    extra = {k: v for k, v in metrics.items() if k.startswith(("pass^", "pass@"))}
     if metrics.get("not_judged"):  # tau2: episodes with a reward component this run could not evaluate
-        out["not_judged"] = metrics["not_judged"]
-    return out
+        extra["not_judged"] = metrics["not_judged"]
+    return Score(grade.test_score, extra)
 
 
 def attribute_gains(history: list[dict], chosen: dict) -> dict[str, float]:
@@ -428,46 +432,48 @@ def split_line(split: dict | None) -> str:
     return f"hidden (salt sha256 {str(split.get('salt_sha256'))[:12]})"
 
 
-def summary_table(result: dict) -> str:
-    b = result["budget"]
+def summary_table(result: BenchResult) -> str:
+    b = result.budget
 
-    def score(entry: dict | None) -> str:
+    def score(entry: Score | None, sub: Submitted | None = None) -> str:
         if entry is None:
             return "-"
-        passes = {k: v for k, v in entry.items() if k.startswith(("pass^", "pass@")) and k[5:] != "1"}
+        passes = {k: v for k, v in entry.extra.items() if k.startswith(("pass^", "pass@")) and k[5:] != "1"}
         extra = "".join(f"  {k} {v:.3f}" for k, v in passes.items())
-        if entry.get("not_judged"):
-            extra += f"  ({entry['not_judged']} episodes not judged: scored on their other components)"
-        if entry.get("flagged_by_grading_cap"):
+        if entry.extra.get("not_judged"):
+            extra += (
+                f"  ({entry.extra['not_judged']:g} episodes not judged: scored on their other components)"
+            )
+        if sub and sub.flagged_by_grading_cap:
             extra += "  (FLAGGED: its harness spent more per episode in grading than validation allowed)"
-        if entry.get("flagged_by_provenance"):
+        if sub and sub.flagged_by_provenance:
             extra += (
                 "  (FLAGGED: its answers came from its harness, not its model: see result.json provenance)"
             )
-        return f"{entry['test_score']:.3f}{extra}"
+        return f"{entry.test_score:.3f}{extra}"
 
     gpu_row = []  # a CPU run holds no GPU: no row
-    if b.get("gpu_seconds") or b["unit"] == "gpu_seconds":
-        gpu_row = [("metered GPU-seconds", f"{b.get('gpu_seconds', 0.0):.0f}")]
+    if b.gpu_seconds or b.unit == "gpu_seconds":
+        gpu_row = [("metered GPU-seconds", f"{b.gpu_seconds:.0f}")]
     rows = [
-        ("initial system (test)", score(result["initial"])),
-        (f"submitted by {result['agent']} (test)", score(result["submitted"])),
-        ("reference system (test)", score(result["reference"])),
-        ("budget used", f"{b['used']:.3g} of {amount(b['limit'], b['unit'])}"),
-        ("metered CPU-seconds", f"{b['cpu_seconds']:.0f}"),
+        ("initial system (test)", score(result.initial)),
+        (f"submitted by {result.agent} (test)", score(result.submitted.score, result.submitted)),
+        ("reference system (test)", score(result.reference)),
+        ("budget used", f"{b.used:.3g} of {amount(b.limit, b.unit)}"),
+        ("metered CPU-seconds", f"{b.cpu_seconds:.0f}"),
         *gpu_row,
-        ("research agent's LLM", f"{b.get('agent_tokens', 0)} tokens, ${b.get('agent_cost_usd', 0.0):.4f}"),
-        ("gain by part (val)", ", ".join(f"{k} {v:+.3f}" for k, v in result["gains_by_part"].items()) or "-"),
-        ("test split", split_line(result.get("test_split"))),
-        ("reproducibility", fingerprint_line(result.get("reproducibility"))),
-        ("contamination scan", contamination_line(result.get("contamination"))),
-        *_analysis_rows(result.get("analysis")),
-        ("run record", result["record"]),
+        ("research agent's LLM", f"{b.agent_tokens} tokens, ${b.agent_cost_usd:.4f}"),
+        ("gain by part (val)", ", ".join(f"{k} {v:+.3f}" for k, v in result.gains_by_part.items()) or "-"),
+        ("test split", split_line(result.test_split)),
+        ("reproducibility", fingerprint_line(result.reproducibility)),
+        ("contamination scan", contamination_line(result.contamination)),
+        *_analysis_rows(result.analysis),
+        ("run record", result.record),
     ]
     width = max(len(k) for k, _ in rows)
     lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
     bar = "=" * max(len(line) for line in lines)
-    head = f"VibeTraining-Bench  task={result['task']}  agent={result['agent']}  seed={result['seed']}"
+    head = f"VibeTraining-Bench  task={result.task}  agent={result.agent}  seed={result.seed}"
     return "\n".join([bar, head, bar, *lines, bar])
 
 
@@ -479,14 +485,14 @@ USAGE_LEGEND = (
 )
 
 
-def write_report(run_dir: Path, result: dict, history: list[dict], grades: dict) -> None:
+def write_report(run_dir: Path, result: BenchResult, history: list[dict], grades: dict) -> None:
     plt = plots.pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
     its = [h["iteration"] for h in history]
     vals = [h["val_score"] if h["val_score"] is not None else 0.0 for h in history]
     ax1.plot(its, vals, marker="o")
     ax1.set_xticks(its)  # iterations are whole numbers
-    ax1.axvline(result["submitted"]["iteration"], color="grey", ls="--", lw=1, label="submitted")
+    ax1.axvline(result.submitted.iteration, color="grey", ls="--", lw=1, label="submitted")
     ax1.set(xlabel="iteration", ylabel="val score", title="Validation score per iteration", ylim=(0, 1.08))
     ax1.legend()
     labels = [k for k in ("initial", "submitted", "reference") if k in grades]
@@ -494,13 +500,13 @@ def write_report(run_dir: Path, result: dict, history: list[dict], grades: dict)
         labels, [grades[k]["test_score"] for k in labels], color=["#999", "#2a7", "#36c"][: len(labels)]
     )
     plots.label_bars(ax2, bars)
-    kind = (result.get("test_split") or {}).get("kind") == "public" and "Public" or "Hidden"
+    kind = "Public" if (result.test_split or {}).get("kind") == "public" else "Hidden"
     ax2.set(ylabel="test score", title=f"{kind} test split", ylim=(0, 1.08))
     plots.save(fig, run_dir / "scores.png")
 
     table = summary_table(result)
     lines = [
-        f"# {md_text(result['run_id'])}",
+        f"# {md_text(result.run_id)}",
         "",
         _fence(table),
         table,
@@ -539,7 +545,7 @@ def write_report(run_dir: Path, result: dict, history: list[dict], grades: dict)
         "",
         "## Grading",
         "",
-        f"- Submitted: iteration {result['submitted']['iteration']}, test {sub['test_score']:.3f} "
+        f"- Submitted: iteration {result.submitted.iteration}, test {sub['test_score']:.3f} "
         f"({sub.get('answered', '?')}/{sub.get('n', '?')} answered, {sub.get('crashes', 0)} harness failures).",
     ]
     for label in ("initial", "submitted", "reference"):
@@ -584,12 +590,12 @@ def write_report(run_dir: Path, result: dict, history: list[dict], grades: dict)
         lines.append(
             f"- Blocked access attempts seen at grading: {sub['denials']} (see private/denials.json)."
         )
-    if result.get("grading_determinism"):
+    if result.grading_determinism:
         lines.append(
-            f"- Grading determinism (the submission graded twice): {md_text(result['grading_determinism']['note'])}."
+            f"- Grading determinism (the submission graded twice): {md_text(result.grading_determinism['note'])}."
         )
-    lines += contamination_lines(result.get("contamination"))
-    lines += analysis_lines(run_dir, result.get("analysis"))
+    lines += contamination_lines(result.contamination)
+    lines += analysis_lines(run_dir, result.analysis)
     (run_dir / "report.md").write_text("\n".join(lines) + "\n")
 
 
