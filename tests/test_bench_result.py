@@ -1,4 +1,4 @@
-"""WIP (issue 40): result.json as a typed value. Reads what `check_result` reads, refuses what it
+"""result.json as a typed value (vtb/bench_result.py). Reads what `check_result` reads, refuses what it
 refuses (but the sweep's own `location`), and writes a schema-3 result back key for key."""
 
 from __future__ import annotations

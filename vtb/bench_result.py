@@ -1,11 +1,12 @@
-"""result.json as one typed value: what a run's result holds, read back as strictly as a leaderboard needs.
+"""result.json as one typed value: written once, read back as strictly as a leaderboard needs.
 
-`from_json()` is the reader: strict (a `BadResult` naming the field) on every figure a
-leaderboard uses, lenient (None) on the rest; the sweep's check of results from shared storage
-(vtb/result_check.py) is this plus where and whose. `to_json()` gives today's schema-3 object
-key for key. Records of schema <= 2 hold the same fields with the rewards inline, which is how
-`result_files.load_result` hands every record over, so one reader serves all. Issue 40's next
-steps: record.finish builds it, the report, the leaderboard's RunResult and flows/ read it.
+The run record builds it (`record.RunRecord.finish`) and its summary table and report read its
+attributes; `to_json()` gives the schema-3 object key for key. `from_json()` is the one reader:
+strict (a `BadResult` naming the field) on every figure a leaderboard uses, lenient (None) on the
+rest. The sweep's check of results from shared storage (vtb/result_check.py) is this plus where
+and whose; the leaderboard reads every result through it (`leaderboard.RunResult`). Records of
+schema <= 2 hold the same fields with the rewards inline, which is how `result_files.load_result`
+hands every record over, so one reader serves all.
 """
 
 from __future__ import annotations
