@@ -194,7 +194,7 @@ def test_a_failed_train_is_recorded_and_never_submitted(tmp_path) -> None:
     fake = FakeSteps(tmp_path, [{"score": 0.9, "fail": True}])
     bench, result = run(config(tmp_path, 1), fake)
     failed = bench.history[1]
-    assert failed.val_score is None and failed.train["ok"] is False and failed.checkpoint is None
+    assert failed.val_score is None and failed.train.ok is False and failed.checkpoint is None
     assert result["submitted"]["iteration"] == 0
     record = json.loads((Path(result["record"]) / "iterations" / "01.json").read_text())
     assert record["train"]["ok"] is False and "rejected" not in record

@@ -241,7 +241,8 @@ def test_link_tree_copies_no_link_target(tmp_path, hidden) -> None:
 
 def test_public_feedback_carries_the_rejection() -> None:
     from vtb.bench import public_view
-    from vtb.results import Candidate
+    from vtb.ledger import Charge
+    from vtb.results import AgentUse, Candidate, Trained
 
     reason = "workspace rejected, edits discarded: data/ is over 256 MB"
     entry = Candidate(
@@ -250,7 +251,7 @@ def test_public_feedback_carries_the_rejection() -> None:
         parts={},
         edits={},
         notes="n",
-        agent={},
+        agent=AgentUse(),
         train=None,
         train_key=None,
         checkpoint=None,
@@ -262,7 +263,9 @@ def test_public_feedback_carries_the_rejection() -> None:
     )
     assert public_view(entry)["rejected"].endswith("data/ is over 256 MB")
     trained = dataclasses.replace(
-        entry, rejected=None, train={"summary": {"rejected": "checkpoint rejected: x"}}
+        entry,
+        rejected=None,
+        train=Trained(False, None, 1, {"rejected": "checkpoint rejected: x"}, Charge()),
     )
     assert public_view(trained)["rejected"] == "checkpoint rejected: x"
     assert "rejected" not in public_view(dataclasses.replace(entry, rejected=None))

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,19 @@ from vtb.build import run_id as run_id_of
 from vtb.config import BenchConfig, ModelConfig
 from vtb.domains.registry import get_domain, hooks
 from vtb.ledger import Ledger, StepLimits, check_budget
-from vtb.results import Candidate, DataResult, Grade, ModelResult, PlayResult, RunOutcome, System, TurnOutcome
+from vtb.results import (
+    AgentUse,
+    Candidate,
+    DataResult,
+    Grade,
+    ModelResult,
+    PlayResult,
+    RunOutcome,
+    System,
+    Trained,
+    TurnOutcome,
+    Validated,
+)
 from vtb.step_requests import UNLIMITED, DataRequest, ModelRequest, PlayRequest, TrainRequest, TurnRequest
 from vtb.workspace import part_hashes, restore
 
@@ -335,7 +347,7 @@ class Bench:
 
     def val_size(self) -> int | None:
         """How many episodes a validation play has (grading plays in shards of that size)."""
-        sizes = [int((c.val or {}).get("n") or 0) for c in self.history if c.val]
+        sizes = [c.val.n for c in self.history if c.val]
         return max(sizes) if sizes and max(sizes) > 0 else None
 
     def grading_allowance(self, system: System) -> float | None:
@@ -352,7 +364,7 @@ class Bench:
             return None
         harness = part_hashes(self.store / system.snapshot)["harness"]
         spent = [
-            (c.val or {}).get("charge", {}).get("flops", 0.0) / max(1, (c.val or {}).get("n", 0))
+            c.val.charge.flops / max(1, c.val.n)
             for c in self.history
             if c.val and c.parts.get("harness") == harness
         ]
@@ -370,14 +382,8 @@ class Bench:
             checkpoint=trained.checkpoint,
             val_score=val.score if val else None,
             used_before=used_before,
-            train={
-                "ok": trained.ok,
-                "killed": trained.killed,
-                "returncode": trained.returncode,
-                "summary": trained.summary,
-                "charge": asdict(trained.charge),
-            },
-            val=_val_view(val),
+            train=Trained.of(trained),
+            val=Validated.of(val) if val else None,
         )
         self.watch.iteration(self.history)
         score = "failed" if val is None else f"{val.score:.3f}"
@@ -673,37 +679,37 @@ class Bench:
         return result.to_json()
 
 
-def _agent_use(turn: TurnOutcome | None) -> dict:
+def _agent_use(turn: TurnOutcome | None) -> AgentUse:
     """What the research agent's turn spent itself (its LLM tokens and cost) and why it ended."""
     if not turn:
-        return {"tokens": 0, "cost_usd": 0.0, "stopped": None, "egress_requests": 0, "usage": None}
-    return {
-        "tokens": turn.charge.agent_tokens,
-        "cost_usd": round(turn.charge.agent_cost_usd, 6),
-        "stopped": turn.stopped,
-        "egress_requests": len(turn.egress),
-        "usage": turn.usage,
-    }
+        return AgentUse()
+    return AgentUse(
+        tokens=turn.charge.agent_tokens,
+        cost_usd=round(turn.charge.agent_cost_usd, 6),
+        stopped=turn.stopped,
+        egress_requests=len(turn.egress),
+        usage=turn.usage,
+    )
 
 
 def initial_failure(first: Candidate, ledger: Ledger) -> str | None:
     """Why the initial system (iteration 0) makes the run meaningless, or None: it is every
     score's baseline, and the budget must cover at least it."""
-    train, val = first.train or {}, first.val or {}
-    summary = train.get("summary") or {}
+    train, val = first.train, first.val
+    summary = train.summary if train else {}
     budget = f"budget.limit={ledger.limit:g} {ledger.unit}"
     spent = f"{ledger.used():.3g} {ledger.unit}"
-    if train.get("killed") == "flops" or summary.get("stopped_early") == "budget":
+    if (train and train.killed == "flops") or summary.get("stopped_early") == "budget":
         return (
             f"the budget does not cover the initial system: its training was stopped by {budget} "
             f"({spent} spent); raise budget.limit"
         )
-    if not train.get("ok"):
-        killed = train.get("killed")
+    if not (train and train.ok):
+        killed = train.killed if train else None
         hint = f" ({budget} or sandbox.step_*_s may be too small)" if killed in ("cpu", "gpu", "wall") else ""
-        cause = f"killed: {killed}" if killed else f"exit {train.get('returncode')}"
+        cause = f"killed: {killed}" if killed else f"exit {train.returncode if train else None}"
         return f"the initial system's training failed ({cause}){hint}: see iterations/00.json"
-    if "flops" in str(val.get("killed") or ""):
+    if val and "flops" in str(val.killed or ""):
         return (
             f"the budget does not cover the initial system: its validation play was stopped by {budget} "
             f"({spent} spent); raise budget.limit"
@@ -711,24 +717,10 @@ def initial_failure(first: Candidate, ledger: Ledger) -> str | None:
     return None
 
 
-def _val_view(val: PlayResult | None) -> dict | None:
-    if val is None:
-        return None
-    return {
-        "n": val.n,
-        "answered": val.answered,
-        "crashes": val.crashes,
-        "killed": val.killed,
-        "garbage": val.garbage,
-        "charge": asdict(val.charge),
-        "engine": val.engine,
-    }
-
-
 def public_view(entry: Candidate) -> dict:
     """What the research agent may see of a past iteration."""
     out = {k: getattr(entry, k) for k in ("iteration", "snapshot", "edits", "notes", "val_score", "charge")}
-    rejected = entry.rejected or ((entry.train or {}).get("summary") or {}).get("rejected")
+    rejected = entry.rejected or (entry.train.summary.get("rejected") if entry.train else None)
     if rejected:  # the workspace over its caps, or a checkpoint refused by the host
         out["rejected"] = str(rejected)[:500]
     return out

@@ -106,6 +106,49 @@ class System:
     weights: str | None  # the checkpoint folder; None when training failed
 
 
+@dataclass(frozen=True)
+class AgentUse:
+    """What the research agent's turn spent itself (its LLM tokens and cost) and why it ended."""
+
+    tokens: int = 0
+    cost_usd: float = 0.0
+    stopped: str | None = None
+    egress_requests: int = 0
+    usage: str | None = None  # where the tokens came from: metered, self-reported, estimated
+
+
+@dataclass(frozen=True)
+class Trained:
+    """What an iteration's record keeps of its training (the weights' folder is the Candidate's)."""
+
+    ok: bool
+    killed: str | None
+    returncode: int | None
+    summary: dict  # the trainer's summary.json (untrusted, bounded)
+    charge: Charge
+
+    @classmethod
+    def of(cls, t: TrainResult) -> Trained:
+        return cls(t.ok, t.killed, t.returncode, t.summary, t.charge)
+
+
+@dataclass(frozen=True)
+class Validated:
+    """What an iteration's record keeps of its validation play (the score is the Candidate's)."""
+
+    n: int
+    answered: int
+    crashes: int
+    killed: str | None
+    garbage: list[str]
+    charge: Charge
+    engine: str
+
+    @classmethod
+    def of(cls, p: PlayResult) -> Validated:
+        return cls(p.n, p.answered, p.crashes, p.killed, p.garbage, p.charge, p.engine)
+
+
 @dataclass
 class Candidate:
     """One iteration of the run: a system that was trained and validated (or rejected untrained)."""
@@ -115,12 +158,12 @@ class Candidate:
     parts: dict[str, str]
     edits: dict[str, list[str]]
     notes: str
-    agent: dict
-    train: dict | None  # ok, killed, returncode, summary, charge; None when rejected untrained
+    agent: AgentUse
+    train: Trained | None  # None when rejected untrained
     train_key: str | None
     checkpoint: str | None
     val_score: float | None
-    val: dict | None
+    val: Validated | None  # None when not validated (rejected, or its training failed)
     charge: dict[str, float]  # what training + validating cost, in the budget's unit
     budget_after: dict
     rejected: str | None = None
