@@ -232,6 +232,17 @@ def test_the_docker_deployment_is_refused_for_an_image_of_another_checkout(tmp_p
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env["PREFECT_API_URL"] = f"http://127.0.0.1:{_free_port()}/api"  # nothing listens
     tag = f"vtb-test/orchestrator-elsewhere:{os.getpid()}"
+
+    def deploy_docker() -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(REPO / "scripts" / "deploy.sh"), "--docker"],
+            cwd=REPO,
+            env={**env, "ORCHESTRATOR_IMAGE": tag},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
     cases = {
         "other folder": ("/srv/other-checkout", source),
         "other sources": (str(REPO), source + "0"),
@@ -253,14 +264,7 @@ def test_the_docker_deployment_is_refused_for_an_image_of_another_checkout(tmp_p
                 capture_output=True,
             )
             assert imported.returncode == 0, imported.stderr
-            deploy = subprocess.run(
-                [str(REPO / "scripts" / "deploy.sh"), "--docker"],
-                cwd=REPO,
-                env={**env, "ORCHESTRATOR_IMAGE": tag},
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
+            deploy = deploy_docker()
             assert deploy.returncode == 1, (what, deploy.stdout, deploy.stderr)
             assert (
                 f"{tag} was built from {checkout} (sources {labelled}), not from this checkout"
@@ -273,14 +277,7 @@ def test_the_docker_deployment_is_refused_for_an_image_of_another_checkout(tmp_p
             )
             assert "Prefect server" not in deploy.stderr + deploy.stdout, what
         subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
-        deploy = subprocess.run(
-            [str(REPO / "scripts" / "deploy.sh"), "--docker"],
-            cwd=REPO,
-            env={**env, "ORCHESTRATOR_IMAGE": tag},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        deploy = deploy_docker()
         assert deploy.returncode == 1 and f"{tag} does not exist: build it here" in deploy.stderr
     finally:
         subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
