@@ -31,6 +31,9 @@ DEPLOYMENT = "vibetraining-bench/bench"
 LOST_AFTER = 3  # missed worker heartbeats before its machine counts as lost
 MIN_SILENCE_S = 20.0  # and never less silence than this: a busy worker's heartbeat can be seconds late
 WORKER_LABEL = "prefect.worker.name"  # the label a worker gives each flow run it starts
+# A flow run whose process exits before the bench starts (its deployment's pull step, its
+# container's image) sends Prefect only the exit status; the cause is in the worker's output.
+CRASH_HINT = "the cause is in the output of worker {worker} on its machine"
 
 
 @dataclass
@@ -182,7 +185,10 @@ def outcome_of(run, job: Job, worker: str | None) -> dict:
         row["crashes"] = job.crashes
     state = run.state
     if not state.is_completed():
-        return {**row, "state": state.type.value.lower(), "error": str(state.message or state.name)[:500]}
+        error = str(state.message or state.name)[:400]
+        if state.is_crashed() and "exited with status code" in error:
+            error += f" ({CRASH_HINT.format(worker=worker or 'its worker')})"
+        return {**row, "state": state.type.value.lower(), "error": error}
     try:
         result = fetch_result(state.data)
         if isinstance(result, dict) and result.get("state") == "errored":  # no score: a row with its reason

@@ -142,6 +142,25 @@ def test_a_local_key_outside_the_result_storage_is_not_read(tmp_path) -> None:
             _under(root, key)
 
 
+def test_a_bench_whose_process_exits_before_it_starts_says_where_the_cause_is() -> None:
+    """Prefect gets only the exit status of a flow run whose process dies before the bench starts
+    (a pull step into a missing folder, a broken image): the row says whose output holds why."""
+    from uuid import uuid4
+
+    from prefect.client.schemas.objects import FlowRun
+    from prefect.states import Crashed, Failed
+
+    from flows.dispatch import Job, outcome_of
+
+    job = Job(run="math-noop-s0-abc", overrides=[], expected={}, tags=[], tries=2)
+    exited = "Process exited with status code: 1. Process exited with a general error."
+    row = outcome_of(FlowRun(flow_id=uuid4(), state=Crashed(message=exited)), job, "docker-a")
+    assert row["state"] == "crashed" and row["error"].startswith(exited)
+    assert "the cause is in the output of worker docker-a on its machine" in row["error"]
+    failed = outcome_of(FlowRun(flow_id=uuid4(), state=Failed(message="RunError: x")), job, "docker-a")
+    assert failed["error"] == "RunError: x"  # the bench's own error says why already
+
+
 def test_dispatch_mode_follows_prefect_api_url(monkeypatch) -> None:
     from flows.sweep import SweepConfig, dispatch_mode
 
