@@ -8,6 +8,7 @@ calls captured). The markdown is rendered with a CommonMark renderer and the HTM
 
 from __future__ import annotations
 
+from dataclasses import replace
 from html.parser import HTMLParser
 
 import pytest
@@ -15,6 +16,7 @@ from markdown_it import MarkdownIt
 
 from vtb.bench_result import BenchResult
 from vtb.record import write_report
+from vtb.results import AgentUse, Candidate, Grade
 
 HOSTILE_NOTES = [
     "<script>alert(document.cookie)</script> tuned the lr",
@@ -30,16 +32,23 @@ HOSTILE_FILES = [
 ]
 
 
-def _history() -> list[dict]:
+def _history() -> list[Candidate]:
     return [
-        {
-            "iteration": i,
-            "val_score": 0.1 * i,
-            "notes": note,
-            "edits": {"harness": [HOSTILE_FILES[i]], "data": ["train.jsonl"]},
-            "budget_after": {"used": 1e9 * i},
-            "agent": {"tokens": 10 * i, "cost_usd": 0.0},
-        }
+        Candidate(
+            iteration=i,
+            snapshot=f"s{i}",
+            parts={},
+            edits={"harness": [HOSTILE_FILES[i]], "data": ["train.jsonl"]},
+            notes=note,
+            agent=AgentUse(tokens=10 * i),
+            train=None,
+            train_key=None,
+            checkpoint=None,
+            val_score=0.1 * i,
+            val=None,
+            charge={},
+            budget_after={"used": 1e9 * i},
+        )
         for i, note in enumerate(HOSTILE_NOTES)
     ]
 
@@ -63,9 +72,9 @@ def _result(run_dir) -> BenchResult:
     )
 
 
-def _grades() -> dict:
+def _grades() -> dict[str, Grade]:
     metrics = {"by_template": {"<img src=x onerror=alert(1)>": 1.0}, "<b>k</b>": "<script>x</script>"}
-    return {"initial": {"test_score": 0.5}, "submitted": {"test_score": 0.5, "metrics": metrics}}
+    return {"initial": Grade(0.5), "submitted": Grade(0.5, metrics=metrics)}
 
 
 def _html(markdown: str) -> str:
@@ -150,10 +159,10 @@ def test_the_iterations_table_holds_agent_text_as_one_inert_line():
     from vtb.markdown import cell_text
 
     history = _history()
-    history[0]["notes"] += " https://evil.example/x www.evil.example a@b.example &lt;b&gt;x&lt;/b&gt;"
-    history[1]["notes"] += " [a]: javascript:alert(1) [a] <javascript:alert(2)> [b](<javascript:x>)"
+    history[0].notes += " https://evil.example/x www.evil.example a@b.example &lt;b&gt;x&lt;/b&gt;"
+    history[1].notes += " [a]: javascript:alert(1) [a] <javascript:alert(2)> [b](<javascript:x>)"
     rows = iteration_rows(history)
-    assert [r["iteration"] for r in rows] == [h["iteration"] for h in history]
+    assert [r["iteration"] for r in rows] == [h.iteration for h in history]
     for row in rows:
         for cell in (row["notes"], row["edits"]):
             assert "\n" not in cell and not {"\u202e", "\x1b", "\x00"} & set(cell)
@@ -173,7 +182,7 @@ def test_the_iterations_table_holds_agent_text_as_one_inert_line():
         cell_text("clean-data (data): lr 3e-3, +2 epochs! a_b")
         == "clean-data (data): lr 3e-3, +2 epochs! a_b"
     )
-    assert iteration_rows([{**history[1], "notes": "x" * 2000}])[0]["notes"] == "x" * 497 + "..."
+    assert iteration_rows([replace(history[1], notes="x" * 2000)])[0]["notes"] == "x" * 497 + "..."
 
 
 def test_md_text_renders_as_the_text_itself():

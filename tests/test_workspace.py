@@ -1,4 +1,5 @@
 from vtb.record import attribute_gains
+from vtb.results import AgentUse, Candidate
 from vtb.workspace import changed_files, part_hashes, restore, snapshot
 
 
@@ -25,12 +26,18 @@ def test_snapshots_are_content_addressed_and_restorable(tmp_path):
     assert not (ws / "harness" / "new.py").exists()
 
 
+def _candidate(iteration: int, val_score: float, edits: dict) -> Candidate:
+    return Candidate(
+        iteration, f"s{iteration}", {}, edits, "", AgentUse(), None, None, None, val_score, None, {}, {}
+    )
+
+
 def test_gains_are_credited_to_the_parts_of_kept_edits():
     history = [
-        {"iteration": 0, "val_score": 0.1, "edits": {}},
-        {"iteration": 1, "val_score": 0.3, "edits": {"data": ["x"]}},
-        {"iteration": 2, "val_score": 0.2, "edits": {"harness": ["y"]}},  # rejected: worse
-        {"iteration": 3, "val_score": 0.7, "edits": {"harness": ["y"], "trainer": ["z"]}},
+        _candidate(0, 0.1, {}),
+        _candidate(1, 0.3, {"data": ["x"]}),
+        _candidate(2, 0.2, {"harness": ["y"]}),  # rejected: worse
+        _candidate(3, 0.7, {"harness": ["y"], "trainer": ["z"]}),
     ]
     gains = attribute_gains(history, history[3])
     assert gains == {"data": 0.2, "harness": 0.2, "trainer": 0.2}

@@ -26,7 +26,7 @@ from vtb.config import BenchConfig
 from vtb.hashing import code_version
 from vtb.ledger import Ledger
 from vtb.markdown import md_text
-from vtb.results import Grade, RunOutcome
+from vtb.results import Candidate, Grade, RunOutcome
 
 
 def _dump(path: Path, obj: object) -> None:
@@ -171,8 +171,6 @@ class RunRecord:
         """Write the submission, manifest, grading, ledger, result and report; returns the result
         (its `to_json()` is result.json with the per-item rewards joined in, as
         `result_files.load_result` reads it back)."""
-        history = [c.to_json() for c in run.history]
-        chosen = run.chosen.to_json()
         grades = {label: g.to_json() for label, g in run.grades.items()}
         run_id = run.run_id
         sub = self.dir / "submission"
@@ -187,10 +185,8 @@ class RunRecord:
                 "code_version": code_version(),
                 "data": asdict(run.data),
                 "base_model": asdict(run.model),
-                "candidates": [
-                    {k: h[k] for k in ("iteration", "snapshot", "parts", "train_key")} for h in history
-                ],
-                "submitted": {k: chosen[k] for k in ("iteration", "snapshot", "parts", "train_key")},
+                "candidates": [_made_of(c) for c in run.history],
+                "submitted": _made_of(run.chosen),
                 "reference": run.reference,
             },
         )
@@ -206,13 +202,13 @@ class RunRecord:
             g["denials"] = len(denials[label])
         _dump(self.dir / "grading.json", grades)
         ledger.write(self.dir / "ledger.jsonl")
-        result = self._result(cfg, run, ledger, attribute_gains(history, chosen))
+        result = self._result(cfg, run, ledger, attribute_gains(run.history, run.chosen))
         systems = {label: g.get("rewards") for label, g in grades.items()}  # initial, submitted, reference
         rewards = result_files.document(run_id, systems, (run.analysis or {}).get("grid"))
         _dump(self.dir / result_files.FILE, rewards)
         _dump(self.dir / "result.json", result_files.strip(result.to_json()))  # the scores; rewards beside it
-        write_item_rewards(self.dir / "item_rewards.csv", grades)
-        write_report(self.dir, result, history, grades)
+        write_item_rewards(self.dir / "item_rewards.csv", run.grades)
+        write_report(self.dir, result, run.history, run.grades)
         return result
 
     def _result(
@@ -278,11 +274,11 @@ class RunRecord:
         )
 
 
-def write_item_rewards(path: Path, grades: dict) -> None:
+def write_item_rewards(path: Path, grades: dict[str, Grade]) -> None:
     """Each test item's reward for every graded system, one row per item (by id, never its
     input): the table a paired comparison or a per-item plot starts from."""
     labels = [label for label in ("initial", "submitted", "reference") if label in grades]
-    rewards = {label: grades[label].get("rewards") or {} for label in labels}
+    rewards = {label: {} if grades[label].note else grades[label].rewards for label in labels}
     with path.open("w", newline="") as f:
         table = csv.writer(f, lineterminator="\n")
         table.writerow(["item", *labels])
@@ -323,7 +319,12 @@ def _score(grade: Grade) -> Score:
     return Score(grade.test_score, extra)
 
 
-def attribute_gains(history: list[dict], chosen: dict) -> dict[str, float]:
+def _made_of(c: Candidate) -> dict:
+    """A system in the manifest: its iteration, snapshot, part hashes and training key."""
+    return {"iteration": c.iteration, "snapshot": c.snapshot, "parts": c.parts, "train_key": c.train_key}
+
+
+def attribute_gains(history: list[Candidate], chosen: Candidate) -> dict[str, float]:
     """Val-score gain of each kept edit on the path to the submission, credited to the parts it touched.
 
     The path is rebuilt from which candidates were kept: a candidate counts when it became
@@ -332,15 +333,15 @@ def attribute_gains(history: list[dict], chosen: dict) -> dict[str, float]:
     gains: dict[str, float] = {}
     best = None
     for h in history:
-        if h["val_score"] is None or h["iteration"] > chosen["iteration"]:
+        if h.val_score is None or h.iteration > chosen.iteration:
             continue
         if best is None:
             best = h
             continue
-        if h["val_score"] > best["val_score"]:
-            parts = sorted(h["edits"]) or ["none"]
+        if h.val_score > best.val_score:
+            parts = sorted(h.edits) or ["none"]
             for part in parts:
-                gains[part] = gains.get(part, 0.0) + (h["val_score"] - best["val_score"]) / len(parts)
+                gains[part] = gains.get(part, 0.0) + (h.val_score - best.val_score) / len(parts)
             best = h
     return {k: round(v, 4) for k, v in gains.items()}
 
@@ -485,11 +486,13 @@ USAGE_LEGEND = (
 )
 
 
-def write_report(run_dir: Path, result: BenchResult, history: list[dict], grades: dict) -> None:
+def write_report(
+    run_dir: Path, result: BenchResult, history: list[Candidate], grades: dict[str, Grade]
+) -> None:
     plt = plots.pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
-    its = [h["iteration"] for h in history]
-    vals = [h["val_score"] if h["val_score"] is not None else 0.0 for h in history]
+    its = [h.iteration for h in history]
+    vals = [h.val_score if h.val_score is not None else 0.0 for h in history]
     ax1.plot(its, vals, marker="o")
     ax1.set_xticks(its)  # iterations are whole numbers
     ax1.axvline(result.submitted.iteration, color="grey", ls="--", lw=1, label="submitted")
@@ -497,7 +500,7 @@ def write_report(run_dir: Path, result: BenchResult, history: list[dict], grades
     ax1.legend()
     labels = [k for k in ("initial", "submitted", "reference") if k in grades]
     bars = ax2.bar(
-        labels, [grades[k]["test_score"] for k in labels], color=["#999", "#2a7", "#36c"][: len(labels)]
+        labels, [grades[k].test_score for k in labels], color=["#999", "#2a7", "#36c"][: len(labels)]
     )
     plots.label_bars(ax2, bars)
     kind = "Public" if (result.test_split or {}).get("kind") == "public" else "Hidden"
@@ -520,7 +523,7 @@ def write_report(run_dir: Path, result: BenchResult, history: list[dict], grades
         "",
         "| system | test score |",
         "|---|---:|",
-        *[f"| {k} | {grades[k]['test_score']:.3f} |" for k in labels],
+        *[f"| {k} | {grades[k].test_score:.3f} |" for k in labels],
         "",
         "## Iterations (the plot's left panel: val per iteration)",
         "",
@@ -528,28 +531,30 @@ def write_report(run_dir: Path, result: BenchResult, history: list[dict], grades
         "|---:|---:|---|---:|---:|---:|---|",
     ]
     for h in history:
-        edits = md_text(edits_text(h["edits"]))  # file names are the agent's: escaped like its notes
-        val = "failed" if h["val_score"] is None else f"{h['val_score']:.3f}"
-        use = h.get("agent") or {}
-        notes = md_text(h["notes"])  # one table cell, inert
-        source = f" ({md_text(use['usage'])})" if use.get("usage") else ""
+        edits = md_text(edits_text(h.edits))  # file names are the agent's: escaped like its notes
+        val = "failed" if h.val_score is None else f"{h.val_score:.3f}"
+        notes = md_text(h.notes)  # one table cell, inert
+        source = f" ({md_text(h.agent.usage)})" if h.agent.usage else ""
         lines.append(
-            f"| {h['iteration']} | {val} | {edits} | {amount(h['budget_after']['used'], h['budget_after'].get('unit', ''))} | "
-            f"{use.get('tokens', 0)}{source} | "
-            f"${use.get('cost_usd', 0.0):.4f} | {notes} |"
+            f"| {h.iteration} | {val} | {edits} | {amount(h.budget_after['used'], h.budget_after.get('unit', ''))} | "
+            f"{h.agent.tokens}{source} | ${h.agent.cost_usd:.4f} | {notes} |"
         )
-    if any((h.get("agent") or {}).get("usage") for h in history):
+    if any(h.agent.usage for h in history):
         lines += ["", USAGE_LEGEND]
     sub = grades["submitted"]
+    played = (
+        f"{sub.answered}/{sub.n} answered, {sub.crashes} harness failures"
+        if not sub.note
+        else md_text(sub.note)
+    )
     lines += [
         "",
         "## Grading",
         "",
-        f"- Submitted: iteration {result.submitted.iteration}, test {sub['test_score']:.3f} "
-        f"({sub.get('answered', '?')}/{sub.get('n', '?')} answered, {sub.get('crashes', 0)} harness failures).",
+        f"- Submitted: iteration {result.submitted.iteration}, test {sub.test_score:.3f} ({played}).",
     ]
     for label in ("initial", "submitted", "reference"):
-        metrics = grades.get(label, {}).get("metrics") or {}
+        metrics = grades[label].metrics if label in grades else {}
         if metrics:
             shown = {k: v for k, v in metrics.items() if not k.startswith("by_")}
             lines.append(f"- {label}: " + ", ".join(f"{md_text(k)} {md_text(v)}" for k, v in shown.items()))
@@ -559,17 +564,17 @@ def write_report(run_dir: Path, result: BenchResult, history: list[dict], grades
                         f"  {key.replace('_', ' ')}: "
                         + ", ".join(f"{md_text(k)} {v:.2f}" for k, v in metrics[key].items())
                     )
-    if "null_model_score" in sub:
-        flag = "FLAGGED: the harness scores without the model" if sub["flagged"] else "not flagged"
+    if sub.null_model_score is not None:
+        flag = "FLAGGED: the harness scores without the model" if sub.flagged else "not flagged"
         lines.append(
-            f"- Null-model check: test {sub['null_model_score']:.3f} with the submitted model's weights shuffled ({flag})."
+            f"- Null-model check: test {sub.null_model_score:.3f} with the submitted model's weights shuffled ({flag})."
         )
-    if "base_model_score" in sub:
+    if sub.base_model_score is not None:
         lines.append(
-            f"- Base-model check: test {sub['base_model_score']:.3f} with the same harness served the untrained "
-            f"base model (vs {sub['test_score']:.3f} trained): the part of the score the training carries is the gap."
+            f"- Base-model check: test {sub.base_model_score:.3f} with the same harness served the untrained "
+            f"base model (vs {sub.test_score:.3f} trained): the part of the score the training carries is the gap."
         )
-    audit = sub.get("provenance")
+    audit = sub.provenance
     if audit and audit.get("check") == "written":
         found = f"**FLAGGED**: {md_text(audit['reason'])}" if audit["flagged"] else "not flagged"
         lines.append(
@@ -586,9 +591,9 @@ def write_report(run_dir: Path, result: BenchResult, history: list[dict], grades
             f"question only the harness saw (coincidence {audit.get('chance_hits', 0)}), "
             f"{audit.get('unswapped', 0)} of {audit['n']} not sent verbatim ({found})."
         )
-    if sub.get("denials"):
+    if sub.denials:
         lines.append(
-            f"- Blocked access attempts seen at grading: {sub['denials']} (see private/denials.json)."
+            f"- Blocked access attempts seen at grading: {len(sub.denials)} (see private/denials.json)."
         )
     if result.grading_determinism:
         lines.append(
