@@ -243,15 +243,14 @@ class RunRecord:
                 score=_score(sub),
                 val_score=chosen.val_score,
                 iteration=chosen.iteration,
-                flagged_by_null_model=sub.flagged
-                if sub.null_model_score is not None and not sub.note
-                else None,
-                flagged_by_grading_cap=bool(sub.capped) and not sub.note,
+                flagged_by_null_model=sub.flagged if sub.null_model_score is not None else None,
+                flagged_by_grading_cap=sub.capped,
                 # None: not audited (the check off, or a domain without one task text)
-                flagged_by_provenance=(sub.provenance or {}).get("flagged") if not sub.note else None,
-                provenance=None if sub.note else sub.provenance,
-                base_model_test_score=None if sub.note else sub.base_model_score,
-                item_rewards=None if sub.note else sub.rewards,  # per test episode: paired comparisons
+                flagged_by_provenance=(sub.provenance or {}).get("flagged"),
+                provenance=sub.provenance,
+                base_model_test_score=sub.base_model_score,
+                # per test episode (paired comparisons); None for a system never played (`note`)
+                item_rewards=None if sub.note else sub.rewards,
             ),
             reference=_score(grades["reference"]) if "reference" in grades else None,
             budget=Budget(
@@ -278,7 +277,7 @@ def write_item_rewards(path: Path, grades: dict[str, Grade]) -> None:
     """Each test item's reward for every graded system, one row per item (by id, never its
     input): the table a paired comparison or a per-item plot starts from."""
     labels = [label for label in ("initial", "submitted", "reference") if label in grades]
-    rewards = {label: {} if grades[label].note else grades[label].rewards for label in labels}
+    rewards = {label: grades[label].rewards for label in labels}
     with path.open("w", newline="") as f:
         table = csv.writer(f, lineterminator="\n")
         table.writerow(["item", *labels])
@@ -312,7 +311,7 @@ def edits_text(edits: dict[str, list[str]] | None) -> str:
 
 def _score(grade: Grade) -> Score:
     """A graded system's test score with its pass^k (tau) or pass@k (terminal) figures, if any."""
-    metrics = {} if grade.note else grade.metrics
+    metrics = grade.metrics
     extra = {k: v for k, v in metrics.items() if k.startswith(("pass^", "pass@"))}
     if metrics.get("not_judged"):  # tau2: episodes with a reward component this run could not evaluate
         extra["not_judged"] = metrics["not_judged"]
