@@ -49,7 +49,7 @@ LAYERS: list[tuple[str, ...]] = [
         "vtb.contamination",
         "vtb.preflight",
     ),
-    ("vtb.domains", "vtb.agents", "vtb.calibrate", "vtb.service", "vtb.repro", "vtb.provenance"),
+    ("vtb.domains", "vtb.agents", "vtb.calibrate", "vtb.service", "vtb.model_host", "vtb.repro", "vtb.provenance"),
     ("vtb.keys", "vtb.compose"),
     ("vtb.step_requests",),
     ("vtb.pipeline", "vtb.analysis"),

@@ -3,13 +3,16 @@
 A harness gets an endpoint and a key, never weights: these harnesses try to find the weights,
 see the server's process, talk to it without the key, spend past the step's FLOPs and forge
 their own usage, and one probes everything it can to tell the null and base-model swaps from a
-normal play. An off-the-shelf OpenAI client works unchanged.
+normal play. An off-the-shelf OpenAI client works unchanged. Each runs against both ways a play
+serves a model: a server process of its own (`ModelService`: vLLM, GPUs) and a fork of the play's
+model host (`ModelHost`: the transformers engine on the CPU); the host's own attacks are last.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from contextlib import contextmanager
 
 import pytest
 from conftest import BACKENDS, sandbox_backend
@@ -18,9 +21,13 @@ from tests.conftest import play_split
 from vtb import runner
 from vtb.blind import null_model
 from vtb.engine.infer import Engine
+from vtb.ledger import Charge
+from vtb.model_host import ModelHost
 from vtb.sandbox.base import Limits
 from vtb.sandbox.runtime import thread_env
 from vtb.service import ModelService, ServiceError
+
+SERVED = ("process", "host")
 
 LIMITS = Limits(wall_seconds=120, cpu_seconds=120)
 QUESTION = "Question: Tom has 5 apples and eats 2. How many?\nAnswer:"
@@ -134,7 +141,7 @@ serve(policy)
 """
 
 
-def _play(tmp_path, backend, code, model_dir, limits=LIMITS, n=1, observation=None):
+def _play(tmp_path, backend, code, model_dir, limits=LIMITS, n=1, observation=None, served="process"):
     harness = tmp_path / f"harness-{len(list(tmp_path.iterdir()))}"
     harness.mkdir()
     (harness / "harness.py").write_text(code)
@@ -143,19 +150,39 @@ def _play(tmp_path, backend, code, model_dir, limits=LIMITS, n=1, observation=No
         {"type": "start", "episode": f"e{i}", "domain": "math", "observation": observation or {}}
         for i in range(n)
     ]
-    with ModelService(sandbox, model_dir, limits) as service:
+    with _served(served, sandbox, model_dir, limits) as (service, charged):
         out = runner.play(
             sandbox, harness, service, episodes, limits=LIMITS, round_timeout_s=90, per_episode_timeout_s=1
         )
-    return out, service
+    return out, service, charged[0]
 
 
+@contextmanager
+def _served(served, sandbox, model_dir, limits, env=None):
+    """A server for one play, as a process of its own or a fork of a host; then its whole charge."""
+    charged = [Charge()]
+    if served == "process":
+        with ModelService(sandbox, model_dir, limits, env=env or {}) as service:
+            yield service, charged
+        charged[0] = service.charge
+        return
+    with ModelHost(sandbox, model_dir, limits, env=env or {}) as host:
+        with host.server(limits) as service:
+            yield service, charged
+    charged[0] = service.charge + host.charge
+
+
+@pytest.mark.parametrize("served", SERVED)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_a_harness_reaches_the_model_only_through_the_api_with_its_key(tmp_path, backend, toy_model_dir):
+def test_a_harness_reaches_the_model_only_through_the_api_with_its_key(
+    tmp_path, backend, served, toy_model_dir
+):
     n_params = Engine(toy_model_dir, threads=1).n_params
     budget = Limits(wall_seconds=120, cpu_seconds=120, max_flops=2.0 * n_params * 400)  # ~400 tokens
     size = (toy_model_dir / "model.safetensors").stat().st_size
-    out, service = _play(tmp_path, backend, ATTACK, toy_model_dir, limits=budget, observation={"size": size})
+    out, service, charge = _play(
+        tmp_path, backend, ATTACK, toy_model_dir, limits=budget, observation={"size": size}, served=served
+    )
     found = json.loads(out.actions["e0"]["content"])
     assert found["weights"] == [] and found["model_dir"] is False  # no weights anywhere it can look
     assert found["server_processes"] == []  # the server's process is in another sandbox
@@ -164,21 +191,22 @@ def test_a_harness_reaches_the_model_only_through_the_api_with_its_key(tmp_path,
     assert 429 in found["over_budget"]  # the server refuses past the step's FLOPs
     assert service.exhausted
     # The charge is the server's meter: the forged usage file of the harness is not read.
-    assert 0 < service.charge.flops <= 2.0 * n_params * 400
+    assert 0 < charge.flops <= 2.0 * n_params * 400
     assert out.charge.flops == 0 and service.engine == "transformers"
     # The server's seconds are marked as its own (not floored: it counted its tokens); the harness's are not.
-    assert service.charge.served_cpu_seconds == service.charge.cpu_seconds > 0
+    assert charge.served_cpu_seconds == charge.cpu_seconds > 0
     assert out.charge.served_cpu_seconds == 0 and out.charge.cpu_seconds > 0
 
 
+@pytest.mark.parametrize("served", SERVED)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_a_model_server_runs_on_the_threads_it_is_given(backend, toy_model_dir):
+def test_a_model_server_runs_on_the_threads_it_is_given(backend, served, toy_model_dir):
     """The server's torch threads are the sandbox's unless its env sets them (sandbox.server_threads:
     pipeline.play sets one), and it says which it ran on."""
     sandbox = sandbox_backend(backend, threads=2)
-    with ModelService(sandbox, toy_model_dir, LIMITS) as service:
+    with _served(served, sandbox, toy_model_dir, LIMITS) as (service, _):
         pass
-    with ModelService(sandbox, toy_model_dir, LIMITS, env=thread_env(1)) as alone:
+    with _served(served, sandbox, toy_model_dir, LIMITS, env=thread_env(1)) as (alone, _):
         pass
     assert (service.threads, alone.threads) == (2, 1)
 
@@ -193,16 +221,18 @@ def test_a_killed_servers_seconds_are_floored_like_any_sandboxs(tmp_path, backen
     assert service.charge.cpu_seconds >= 1 and service.charge.served_cpu_seconds == 0
 
 
+@pytest.mark.parametrize("served", SERVED)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_the_null_and_base_model_swaps_look_the_same_from_inside(tmp_path, backend, toy_model_dir):
+def test_the_null_and_base_model_swaps_look_the_same_from_inside(tmp_path, backend, served, toy_model_dir):
     """Everything the harness can see but the model's answers is the same whichever weights serve it."""
     null = null_model(toy_model_dir, tmp_path / "cache", b"k" * 32)
     seen = []
     for weights in (toy_model_dir, null, toy_model_dir):
-        out, _ = _play(tmp_path, backend, PROBE, weights)
+        out, _, _ = _play(tmp_path, backend, PROBE, weights, served=served)
         probe = json.loads(out.actions["e0"]["content"])
-        # Random in every play, whatever the mode: the socket folder's host name (mount table).
-        probe["mounts"] = re.sub(r"vtb-model-\w+", "vtb-model-X", probe["mounts"])
+        # Random in every play, whatever the mode: the socket folder's host name (mount table):
+        # vtb-model-<random> for a server of its own, vtb-model-host-<random>/sockets/<random> on a host.
+        probe["mounts"] = re.sub(r"vtb-model-(host-\w+/sockets/)?\w+", "vtb-model-X", probe["mounts"])
         probe["mounts"] = re.sub(
             r"/var/lib/docker/overlay2/[^,\s]+", "LAYER", probe["mounts"]
         )  # docker: per container
@@ -219,9 +249,12 @@ def test_the_null_and_base_model_swaps_look_the_same_from_inside(tmp_path, backe
     assert seen[0] == seen[1] == seen[2]
 
 
+@pytest.mark.parametrize("served", SERVED)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_an_off_the_shelf_openai_client_works(tmp_path, backend, toy_model_dir):
-    out, service = _play(tmp_path, backend, OPENAI_CLIENT, toy_model_dir, n=2, observation={"q": QUESTION})
+def test_an_off_the_shelf_openai_client_works(tmp_path, backend, served, toy_model_dir):
+    out, service, _ = _play(
+        tmp_path, backend, OPENAI_CLIENT, toy_model_dir, n=2, observation={"q": QUESTION}, served=served
+    )
     assert out.crashes == 0, out.stderr_tail
     got = [json.loads(out.actions[e]["content"]) for e in ("e0", "e1")]
     assert got[0]["text"] == Engine(toy_model_dir, threads=1).generate([QUESTION], max_new_tokens=16)[0]
@@ -274,3 +307,98 @@ def test_a_play_spends_at_most_its_flops_per_episode(tmp_path, backend, toy_mode
     free = play_split(harness, toy_model_dir, "test", data.data_dir, task, cfg, None, 120.0)
     assert "flops" not in free.killed and free.charge.flops > 3 * per_episode * 6  # what it spends uncapped
     print(f"\n[{backend}] grading FLOPs capped {capped.charge.flops:.3g}, uncapped {free.charge.flops:.3g}")
+
+
+HOG = r"""
+import json
+from vtb.protocol import serve
+from vtb.serve.client import ModelClient
+
+engine = ModelClient.from_env()
+
+def policy(batch):
+    calls = 0
+    while calls < 10000:  # till its server is gone
+        try:
+            engine.generate(["Tom has 3 apples."] * 64, max_new_tokens=64)
+            calls += 1
+        except Exception as e:
+            return [{"type": "answer", "content": json.dumps({"calls": calls, "error": type(e).__name__})} for _ in batch]
+    return [{"type": "answer", "content": json.dumps({"calls": calls})} for _ in batch]
+
+serve(policy)
+"""
+
+SNOOP = r"""
+import json, os, socket
+from vtb.protocol import serve
+
+def sockets():
+    found = []
+    for top in os.listdir("/"):
+        if top in ("proc", "sys", "dev"):
+            continue
+        for root, dirs, files in os.walk("/" + top):
+            for f in files + dirs:
+                path = os.path.join(root, f)
+                if f.endswith(".sock") or "vtb-model-host" in path or f == "sockets":
+                    found.append(path)
+    return found
+
+def policy(batch):
+    seen = {"sockets": sockets(), "own": sorted(os.listdir("/run/vtb-model"))}
+    return [{"type": "answer", "content": json.dumps(seen)} for _ in batch]
+
+serve(policy)
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_harness_that_spends_its_servers_cpu_cap_kills_only_that_server(tmp_path, backend, toy_model_dir):
+    """On a host, a shard's server is held to the shard's CPU cap (RLIMIT_CPU in the fork): a harness
+    that drives it past the cap kills that server only. The host and the next shard's server live
+    on, and the killed server's seconds lose the served exemption (the ledger floors them)."""
+    sandbox = sandbox_backend(backend)
+    harness = tmp_path / "hog"
+    harness.mkdir()
+    (harness / "harness.py").write_text(HOG)
+    start = [{"type": "start", "episode": "e0", "domain": "math", "observation": {}}]
+    with ModelHost(sandbox, toy_model_dir, LIMITS) as host:
+        with host.server(Limits(wall_seconds=120, cpu_seconds=3)) as hogged:
+            out = runner.play(
+                sandbox, harness, hogged, start, limits=LIMITS, round_timeout_s=90, per_episode_timeout_s=60
+            )
+        with host.server(LIMITS) as fresh:
+            probe = _answer(sandbox, tmp_path, fresh, OPENAI_CLIENT, {"q": QUESTION})
+    found = json.loads(out.actions["e0"]["content"])
+    assert found.get("error") and hogged.killed == "cpu", (found, hogged.killed)
+    assert probe["text"] == Engine(toy_model_dir, threads=1).generate([QUESTION], max_new_tokens=16)[0]
+    assert fresh.killed is None and host.result.killed in (None, "closed")
+    assert hogged.charge.flops > 0 and fresh.charge.flops > 0
+    assert host.charge.cpu_seconds >= 3 and host.charge.served_cpu_seconds <= host.charge.cpu_seconds - 3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_harness_sees_only_its_own_servers_socket(tmp_path, backend, toy_model_dir):
+    """Two servers of one host at once: each shard's harness sandbox holds its own socket folder
+    (one api.sock) and nothing of the host's (its socket root, the other server's socket)."""
+    sandbox = sandbox_backend(backend)
+    with ModelHost(sandbox, toy_model_dir, LIMITS) as host:
+        with host.server(LIMITS) as one, host.server(LIMITS) as other:
+            seen = _answer(sandbox, tmp_path, one, SNOOP, {})
+            assert one.harness_env()["OPENAI_API_KEY"] != other.harness_env()["OPENAI_API_KEY"]
+    assert seen["own"] == ["api.sock"]
+    assert seen["sockets"] == ["/run/vtb-model/api.sock"], seen["sockets"]
+
+
+def _answer(sandbox, tmp_path, service, code, observation) -> dict:
+    """The one episode's answer of harness `code` played against `service`."""
+    harness = tmp_path / f"harness-{len(list(tmp_path.iterdir()))}"
+    harness.mkdir()
+    (harness / "harness.py").write_text(code)
+    start = [{"type": "start", "episode": "e0", "domain": "math", "observation": observation}]
+    out = runner.play(
+        sandbox, harness, service, start, limits=LIMITS, round_timeout_s=90, per_episode_timeout_s=60
+    )
+    assert out.crashes == 0, out.stderr_tail
+    return json.loads(out.actions["e0"]["content"])

@@ -26,6 +26,7 @@ from vtb.domains.registry import get_domain, hooks
 from vtb.engine.select import engine_env
 from vtb.hashing import hash_dir, hash_file, hash_json
 from vtb.ledger import Charge, StepLimits
+from vtb.model_host import ModelHost
 from vtb.registry import Registry
 from vtb.results import DataResult, ModelResult, PlayResult, TrainResult, TurnOutcome
 from vtb.sandbox import runtime_mounts
@@ -370,6 +371,8 @@ def play(request: PlayRequest) -> PlayResult:
     trace = provenance.tracer(hook.written_lines, hook.written_scopes) if traced else None
     audited: list[tuple[list, set[int]]] = []
     max_flops = r.limits.max_flops
+    hosted = r.engine.name == "transformers" and not sandbox_cfg.gpus  # fork-safe: no CUDA, no vLLM
+    host = _start_host(sandbox, sandbox_cfg, r, env, len(shards)) if hosted else None
     for part in shards:
         part_flops = None if max_flops is None else max(0.0, max_flops - outcome.charge.flops)
         if r.flops_per_episode is not None:
@@ -389,10 +392,14 @@ def play(request: PlayRequest) -> PlayResult:
             split,
             swap,
             trace,
+            host,
         )
         if swap is not None:
             audited.append((part, got.swapped))
         outcome = _merge(outcome, got)
+    if isinstance(host, ModelHost):
+        host.close()
+        outcome.charge = outcome.charge + host.charge
     scored = {b.id for b in blinded}
     pairs = None
     if text_of is not None:
@@ -432,6 +439,23 @@ def play(request: PlayRequest) -> PlayResult:
     )
 
 
+def _start_host(sandbox, sandbox_cfg: SandboxConfig, r: PlayRequest, env: dict, shards: int):
+    """The play's model host (vtb/model_host.py), or the ServiceError that says why it did not start.
+
+    Only for the transformers engine on the CPU (the caller checks),
+    where a fork of an imported interpreter is safe; the host sandbox may spend what every
+    shard's server could (their CPU caps and wall limits, summed)."""
+    one = step_limits(sandbox_cfg, r.limits._replace(max_flops=None))
+    limits = dataclasses.replace(
+        one, cpu_seconds=one.cpu_seconds * shards, wall_seconds=one.wall_seconds * shards
+    )
+    host = ModelHost(sandbox, r.model_dir, limits, env=env)
+    try:
+        return host.start()
+    except ServiceError as e:
+        return e
+
+
 def _play_shard(
     sandbox,
     harness_dir: Path,
@@ -444,21 +468,23 @@ def _play_shard(
     split,
     swap: list[tuple[str, str]] | None = None,
     trace=None,
+    host: ModelHost | ServiceError | None = None,
 ) -> runner.EpisodeOutcome:
     """One play: a fresh model server and harness process for these (blinded) episodes.
 
+    The server is a fork of the play's `host` where it has one (its charge then holds FLOPs
+    only: the host's seconds are booked once, at its close), else a process of its own.
     `trace` (`provenance.tracer`): the server keeps a transcript, and each episode's answer
     lines are traced in it, by opaque episode id."""
+    record = trace is not None
     service = ModelService(
-        sandbox,
-        model_dir,
-        limits,
-        env=env,
-        cache_dir=cache,
-        swap=swap,
-        record_transcript=trace is not None,
+        sandbox, model_dir, limits, env=env, cache_dir=cache, swap=swap, record_transcript=record
     )
     try:
+        if isinstance(host, ServiceError):  # the host did not start: no shard has a server
+            raise host
+        if host is not None:
+            service = host.server(limits, swap=swap, record_transcript=record)
         with service:
             outcome = runner.play(
                 sandbox,

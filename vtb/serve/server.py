@@ -72,8 +72,10 @@ class ModelServer:
         events: TextIO | None = None,
         swap: Swap | None = None,
         transcript: Writer | None = None,
+        tag: dict | None = None,
     ):
         self.engine, self.key, self.limits = engine, key, limits or Limits()
+        self.tag = tag or {}  # added to each event: a hosted server's id (vtb/serve/host.py)
         self.transcript = transcript  # prompts as the harness sent them, completions as it got them
         self.events = events  # where {"event": ...} lines go: main's protocol stream (None: sys.stdout)
         self.window_s, self.max_batch = window_ms / 1000.0, max_batch
@@ -85,6 +87,9 @@ class ModelServer:
         self.budget_refusals = 0
         self.swap, self._swapped = swap, set()  # a provenance audit's swap, and the pairs it used
         threading.Thread(target=self._batcher, daemon=True).start()
+
+    def _event(self, event: dict) -> None:
+        print(json.dumps({**event, **self.tag}), file=self.events or sys.stdout, flush=True)
 
     # -- requests --------------------------------------------------------------------------------
     def handle(self, method: str, path: str, auth: str | None, body: bytes | None) -> tuple[int, dict]:
@@ -198,7 +203,7 @@ class ModelServer:
         new = sorted(hits - self._swapped)
         if new:
             self._swapped |= hits
-            print(json.dumps({"event": "swapped", "pairs": new}), file=self.events or sys.stdout, flush=True)
+            self._event({"event": "swapped", "pairs": new})
         return out
 
     def _tokenize(self, body: object) -> dict:
@@ -286,7 +291,7 @@ class ModelServer:
     def _refuse(self, job: _Job) -> None:
         self.budget_refusals += 1
         if self.budget_refusals == 1:
-            print(json.dumps({"event": "budget"}), file=self.events or sys.stdout, flush=True)
+            self._event({"event": "budget"})
         used, limit = usage.totals()["flops"], usage.max_flops()
         job.error = ApiError(
             429,
