@@ -10,6 +10,7 @@ import torch
 
 from vtb.engine import usage
 from vtb.engine.infer import BATCH_TOKENS, Engine, batches
+from vtb.engine.sampling import choose, make_generators
 from vtb.models.toy import toy_example
 
 
@@ -160,6 +161,20 @@ def test_sampling_is_seeded_and_batch_independent(engine):
     assert engine.generate(batch, max_new_tokens=20, temperature=1.0, seed=4) != a
     votes = engine.generate([batch[0]] * 4, max_new_tokens=20, temperature=1.5, seed=3)
     assert len(set(votes)) > 1  # repeated prompts get different samples
+
+
+def test_a_draw_follows_the_distribution_and_never_picks_a_token_without_mass():
+    """Two tokens of mass 1/4 and 3/4 among 50: 4000 seeded draws give those two only, in about
+    those shares; top_k=1 and a nucleus of 0.5 keep the likelier one. (Without a nucleus the draw
+    runs in vocabulary order, with one in likelihood order.)"""
+    rows = 4000
+    logits = torch.full((rows, 50), float("-inf"))
+    logits[:, 7], logits[:, 31] = 0.0, float(torch.log(torch.tensor(3.0)))
+    picked = choose(logits, 1.0, 1.0, make_generators(list(range(rows)))).tolist()
+    assert set(picked) == {7, 31} and abs(picked.count(31) / rows - 0.75) < 0.03
+    assert choose(logits, 1.0, 0.9999, make_generators(list(range(rows)))).tolist().count(31) / rows > 0.72
+    assert set(choose(logits, 1.0, 1.0, make_generators(list(range(rows))), top_k=1).tolist()) == {31}
+    assert set(choose(logits, 1.0, 0.5, make_generators(list(range(rows)))).tolist()) == {31}
 
 
 def test_top_p_tiny_is_greedy(engine):

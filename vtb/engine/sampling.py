@@ -52,13 +52,18 @@ def choose(
         kth = logits.topk(top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     probs = torch.softmax(logits / temperature, dim=-1)
-    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    order = None
     if top_p < 1.0:
-        # Keep the smallest prefix whose mass reaches top_p (always at least the top token).
-        before = sorted_probs.cumsum(dim=-1) - sorted_probs
-        sorted_probs = sorted_probs.masked_fill(before >= top_p, 0.0)
-    cdf = sorted_probs.cumsum(dim=-1)
+        # Keep the smallest prefix whose mass reaches top_p (always at least the top token). Only
+        # the nucleus needs the tokens by likelihood: without it a draw is the same distribution in
+        # vocabulary order, and sorting every row of the vocabulary was a quarter of a sampled play.
+        probs, order = probs.sort(dim=-1, descending=True)
+        before = probs.cumsum(dim=-1) - probs
+        probs = probs.masked_fill(before >= top_p, 0.0)
+    cdf = probs.cumsum(dim=-1)
     assert generators is not None and len(generators) == logits.shape[0]
-    u = torch.cat([torch.rand(1, generator=g) for g in generators]) * cdf[:, -1]
-    pick = torch.searchsorted(cdf, u.unsqueeze(-1), right=True).clamp(max=cdf.shape[-1] - 1)
-    return order.gather(-1, pick).squeeze(-1)
+    # u in (0, total]: the first token whose cumulative mass reaches u has a mass of its own, so a
+    # token of probability 0 (past top_k or the nucleus) is never drawn, and u never runs past the end.
+    u = (1.0 - torch.cat([torch.rand(1, generator=g) for g in generators])) * cdf[:, -1]
+    pick = torch.searchsorted(cdf, u.unsqueeze(-1))
+    return (pick if order is None else order.gather(-1, pick)).squeeze(-1)
