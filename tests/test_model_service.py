@@ -22,10 +22,9 @@ from vtb import runner
 from vtb.blind import null_model
 from vtb.engine.infer import Engine
 from vtb.ledger import Charge
-from vtb.model_host import ModelHost
 from vtb.sandbox.base import Limits
 from vtb.sandbox.runtime import thread_env
-from vtb.service import ModelService, ServiceError
+from vtb.service import ModelHost, ModelService, ServiceError
 
 SERVED = ("process", "host")
 

@@ -26,13 +26,12 @@ from vtb.domains.registry import get_domain, hooks
 from vtb.engine.select import engine_env
 from vtb.hashing import hash_dir, hash_file, hash_json
 from vtb.ledger import Charge, StepLimits
-from vtb.model_host import ModelHost
 from vtb.registry import Registry
 from vtb.results import DataResult, ModelResult, PlayResult, TrainResult, TurnOutcome
 from vtb.sandbox import runtime_mounts
 from vtb.sandbox.base import Limits, Mount
 from vtb.sandbox.runtime import thread_env
-from vtb.service import ModelService, ServiceError, engine_cache_for
+from vtb.service import ModelHost, ModelService, ServiceError, engine_cache_for
 from vtb.step_requests import DataRequest, ModelRequest, PlayRequest, TrainRequest, TurnRequest
 from vtb.workspace import snapshot
 
@@ -440,7 +439,7 @@ def play(request: PlayRequest) -> PlayResult:
 
 
 def _start_host(sandbox, sandbox_cfg: SandboxConfig, r: PlayRequest, env: dict, shards: int):
-    """The play's model host (vtb/model_host.py), or the ServiceError that says why it did not start.
+    """The play's model host (`vtb.service.ModelHost`), or the ServiceError that says why it did not start.
 
     Only for the transformers engine on the CPU (the caller checks),
     where a fork of an imported interpreter is safe; the host sandbox may spend what every

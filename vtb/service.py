@@ -1,5 +1,7 @@
 """The orchestrator's side of the model service: one model server per checkpoint, in its own sandbox.
 
+(On the CPU, one model host per play forking a server per shard: `ModelHost`, at the end.)
+
 A play step starts a `ModelService` for the checkpoint its harness plays with (or for the null
 model, or the base model, in grading's checks), hands the harness sandbox `harness_mounts()` and
 `harness_env()`, and closes it when the play is over. The server (vtb/serve/server.py) runs with
@@ -19,6 +21,7 @@ loads. The orchestrator never reads it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import queue
@@ -226,6 +229,283 @@ class ModelService:
         return self.result
 
     def __enter__(self) -> ModelService:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# -- the model host -------------------------------------------------------------------------------
+# With the transformers engine on the CPU, `pipeline.play` starts one `ModelHost` per play instead:
+# `vtb.serve.host` in the same kind of sandbox (no network, the checkpoint read-only at /model,
+# the project's code only) imports torch and transformers once (~4 CPU-seconds) and forks a fresh
+# server per shard (`server()`, ~0.2 CPU-seconds), one that has seen no prompt, with its own
+# socket folder, key, FLOPs limit and CPU cap. A `HostedServer` looks to the play as a
+# `ModelService` does and to the harness as a fresh server does.
+# Charges: each server's FLOPs from its usage file; CPU, GPU and wall seconds once, from the host
+# sandbox's own meter (the whole tree, imports included) when the host closes. A server killed at
+# its CPU cap is not counted as served (the ledger floors its seconds, as for a killed ModelService).
+
+HOST_SOCKETS = "/run/vtb-model-host"  # the servers' socket folders, in the host's sandbox only
+HOST_SWAPS = "/run/vtb-swap"
+HOST_TRANSCRIPTS = "/run/vtb-transcript"
+STOP_TIMEOUT_S = 60.0
+
+
+@dataclass
+class HostedServer:
+    """One shard's server on a `ModelHost`; the same face as `vtb.service.ModelService`."""
+
+    host: ModelHost
+    limits: Limits  # the shard's: its FLOPs limit and CPU cap hold for this server
+    swap: list[tuple[str, str]] | None = None
+    record_transcript: bool = False
+    swapped: set[int] = field(default_factory=set)
+    transcript: list[transcripts.Exchange] = field(default_factory=list)
+    transcript_complete: bool = False
+    exhausted: bool = False
+    engine: str = ""
+    threads: int | None = None
+    charge: Charge = field(default_factory=Charge)
+    killed: str | None = None
+    id: str = field(default_factory=lambda: secrets.token_hex(8))
+    _key: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    _events: queue.Queue = field(default_factory=queue.Queue)
+    _ended: dict | None = None
+    _closed: bool = False
+
+    def start(self) -> HostedServer:
+        host = self.host
+        (host.sockets / self.id).mkdir()
+        if self.swap is not None:
+            (host.swaps / f"{self.id}.json").write_text(json.dumps(self.swap))
+        host.servers[self.id] = self
+        host.send(
+            {
+                "open": self.id,
+                "key": self._key,
+                "max_flops": self.limits.max_flops,
+                "cpu_seconds": self.limits.cpu_seconds,
+                "swap": self.swap is not None,
+                "transcript": self.record_transcript,
+            }
+        )
+        try:
+            event = self._events.get(timeout=START_TIMEOUT_S)
+        except queue.Empty:
+            event = {"event": "timeout"}
+        if event.get("event") != "ready":
+            self.close()
+            raise ServiceError(
+                f"the model server for {host.model_dir.name} did not start ({event.get('event')}; "
+                f"killed: {self.killed}); the host's stderr ends: {host.stderr_tail()}"
+            )
+        return self
+
+    def on_event(self, event: dict) -> None:
+        """An event of this server's, from the host's reader thread."""
+        kind = event.get("event")
+        if kind == "ready":
+            threads = event.get("threads")
+            if isinstance(threads, int) and not isinstance(threads, bool) and 0 < threads <= 4096:
+                self.threads = threads
+            self._events.put(event)
+        elif kind == "budget":
+            self.exhausted = True
+        elif kind == "swapped" and self.swap is not None:
+            pairs = event.get("pairs")
+            if isinstance(pairs, list):
+                n = len(self.swap)
+                self.swapped |= {i for i in pairs[:n] if isinstance(i, int) and 0 <= i < n}
+        elif kind in ("ended", "failed", "gone"):
+            self._ended = event
+            self._events.put(event)
+
+    def close(self) -> None:
+        """Stop this server and book its FLOPs (its seconds are the host's, booked at the host's close)."""
+        if self._closed:
+            return
+        self._closed = True
+        host = self.host
+        if self._ended is None:
+            host.send({"close": self.id})
+        while self._ended is None:
+            try:
+                self._events.get(timeout=STOP_TIMEOUT_S)
+            except queue.Empty:
+                self._ended = {"event": "gone"}
+        ended = self._ended
+        usage = ended.get("usage") if isinstance(ended.get("usage"), dict) else {}
+        killed = ended.get("killed")
+        self.killed = str(killed)[:40] if killed is not None else None
+        if ended.get("event") == "gone":
+            self.killed = "host"
+        self.engine = str(usage.get("engine", ""))[:100]
+        fallback = usage.get("engine_fallback")
+        if fallback:
+            self.engine += f" (fallback from {str(fallback)[:100]})"
+        self.charge = Charge.of(flops=usage.get("flops", 0.0))
+        if self.killed is not None:  # killed mid-batch: it may not have counted every token it served
+            host.unserved.append(ended.get("cpu_seconds"))
+        if self.record_transcript:
+            self.transcript, self.transcript_complete = transcripts.read(
+                host.transcripts / f"{self.id}.jsonl"
+            )
+        host.servers.pop(self.id, None)
+        shutil.rmtree(host.sockets / self.id, ignore_errors=True)
+        for leftover in (host.swaps / f"{self.id}.json", host.transcripts / f"{self.id}.jsonl"):
+            leftover.unlink(missing_ok=True)
+
+    def harness_mounts(self) -> list[Mount]:
+        return [Mount(self.host.sockets / self.id, SOCKET_DIR)]
+
+    def harness_env(self) -> dict[str, str]:
+        return model_env(self._key)
+
+    def harness_argv(self, argv: list[str]) -> list[str]:
+        from vtb.serve.bridge import PORT
+
+        return [
+            sys.executable,
+            "-m",
+            "vtb.serve.bridge",
+            "--socket",
+            SOCKET,
+            "--port",
+            str(PORT),
+            "--",
+            *argv,
+        ]
+
+    def __enter__(self) -> HostedServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass
+class ModelHost:
+    """`vtb.serve.host` for `model_dir` in its own sandbox; `server(limits)` gives a shard its server."""
+
+    sandbox: Sandbox
+    model_dir: Path
+    limits: Limits  # the host sandbox's: the whole play's (every shard's seconds, summed)
+    env: dict[str, str] = field(default_factory=dict)
+    request_limits: dict = field(default_factory=dict)  # vtb.serve.api.Limits fields
+    servers: dict[str, HostedServer] = field(default_factory=dict)
+    unserved: list = field(default_factory=list)  # CPU-seconds of servers killed mid-batch
+    charge: Charge = field(default_factory=Charge)
+    result: SandboxResult | None = None
+    _proc: SandboxProcess | None = None
+    _root: Path | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _reader: threading.Thread | None = None
+
+    @property
+    def sockets(self) -> Path:
+        return self._root / "sockets"
+
+    @property
+    def swaps(self) -> Path:
+        return self._root / "swaps"
+
+    @property
+    def transcripts(self) -> Path:
+        return self._root / "transcripts"
+
+    def start(self) -> ModelHost:
+        self._root = Path(tempfile.mkdtemp(prefix="vtb-model-host-"))
+        for folder in (self.sockets, self.swaps, self.transcripts):
+            folder.mkdir()
+        argv = [sys.executable, "-m", "vtb.serve.host", "--model", "/model", "--sockets", HOST_SOCKETS]
+        argv += ["--swaps", HOST_SWAPS, "--transcripts", HOST_TRANSCRIPTS]
+        argv += ["--limits", json.dumps(self.request_limits)]
+        mounts = runtime_mounts() + [
+            Mount(self.model_dir, "/model"),
+            Mount(self.sockets, HOST_SOCKETS, writable=True),
+            Mount(self.swaps, HOST_SWAPS),
+            Mount(self.transcripts, HOST_TRANSCRIPTS, writable=True),
+        ]
+        limits = dataclasses.replace(self.limits, max_flops=None)  # each server holds its own
+        self._proc = self.sandbox.start(argv, mounts=mounts, limits=limits, cwd="/", env=dict(self.env))
+        ready: queue.Queue[str] = queue.Queue()
+        self._reader = threading.Thread(target=self._read_events, args=(ready,), daemon=True)
+        self._reader.start()
+        try:
+            event = ready.get(timeout=START_TIMEOUT_S)
+        except queue.Empty:
+            event = "timeout"
+        if event != "ready":
+            result = self.close()
+            raise ServiceError(
+                f"the model host for {self.model_dir.name} did not start ({event}; killed: {result.killed}); "
+                f"its stderr ends: {result.stderr[-1500:]}"
+            )
+        return self
+
+    def server(self, limits: Limits, swap=None, record_transcript: bool = False) -> HostedServer:
+        """A shard's server (use as a context manager): a fresh fork with the shard's limits."""
+        if self.result is not None or self._reader is None or not self._reader.is_alive():
+            raise ServiceError(f"the model host for {self.model_dir.name} has exited")
+        return HostedServer(self, limits, swap=swap, record_transcript=record_transcript)
+
+    def send(self, command: dict) -> None:
+        with self._lock:
+            try:
+                self._proc.stdin.write(json.dumps(command) + "\n")
+                self._proc.stdin.flush()
+            except (OSError, ValueError):
+                pass  # the host is gone: the reader tells each server
+
+    def _read_events(self, ready: queue.Queue) -> None:
+        """The host's stdout: one JSON event per line, the host's or a server's (by its id)."""
+        for line in bounded_lines(self._proc.stdout, StreamStats()):
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(event, dict):
+                continue
+            sid = event.get("id")
+            if sid is None and event.get("event") == "ready":
+                ready.put("ready")
+            elif isinstance(sid, str) and sid in self.servers:
+                self.servers[sid].on_event(event)
+        ready.put("the host exited")
+        for server in list(self.servers.values()):
+            server.on_event({"event": "gone"})
+
+    def stderr_tail(self) -> str:
+        return "" if self.result is None else self.result.stderr[-1500:]
+
+    def close(self) -> SandboxResult:
+        """Stop the host (its stdin closed kills what still runs) and book the tree's seconds."""
+        if self.result is not None:
+            return self.result
+        for server in list(self.servers.values()):
+            server.close()
+        try:
+            self._proc.stdin.close()
+        except OSError:
+            pass
+        self.result = self._proc.wait(timeout=30)
+        if self._reader is not None:
+            self._reader.join(timeout=30)
+        counted = self.result.killed in (None, "closed")
+        unserved = sum(s for s in self.unserved if isinstance(s, (int, float)) and s >= 0)
+        served = max(0.0, self.result.cpu_seconds - unserved) if counted else 0.0
+        self.charge = Charge.of(
+            cpu_seconds=self.result.cpu_seconds,
+            gpu_seconds=self.result.gpu_seconds,
+            served_cpu_seconds=served,
+            served_gpu_seconds=self.result.gpu_seconds if counted else 0.0,
+            wall_seconds=self.result.wall_seconds,
+        )
+        shutil.rmtree(self._root, ignore_errors=True)
+        return self.result
+
+    def __enter__(self) -> ModelHost:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
