@@ -401,3 +401,23 @@ def _answer(sandbox, tmp_path, service, code, observation) -> dict:
     )
     assert out.crashes == 0, out.stderr_tail
     return json.loads(out.actions["e0"]["content"])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_checkpoint_no_server_can_open_fails_each_shard_not_the_host(tmp_path, backend, toy_model_dir):
+    """Weights that do not load (junk where the safetensors should be): the host starts, each
+    shard's fork fails at its start with the reason (ServiceError, which a play turns into failed
+    episodes), and the host stays up for the next shard and ends cleanly."""
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(toy_model_dir, broken)
+    (broken / "model.safetensors").write_bytes(b"not a safetensors file" * 100)
+    with ModelHost(sandbox_backend(backend), broken, LIMITS) as host:
+        for _ in range(2):
+            with pytest.raises(ServiceError, match="did not start") as failed:
+                host.server(LIMITS).start()
+            assert "safetensors" in str(failed.value).lower() or "header" in str(failed.value).lower(), (
+                failed.value
+            )
+    assert host.result.killed in (None, "closed")

@@ -296,9 +296,10 @@ class HostedServer:
             event = {"event": "timeout"}
         if event.get("event") != "ready":
             self.close()
+            why = str(event.get("why") or "")[:1000] or f"the host's stderr ends: {host.stderr_tail()}"
             raise ServiceError(
                 f"the model server for {host.model_dir.name} did not start ({event.get('event')}; "
-                f"killed: {self.killed}); the host's stderr ends: {host.stderr_tail()}"
+                f"killed: {self.killed}): {why}"
             )
         return self
 

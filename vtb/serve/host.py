@@ -49,6 +49,7 @@ ID = re.compile(r"[a-z0-9]{1,32}")
 READY_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 30.0
 MAX_USAGE_BYTES = 64 << 10
+MAX_WHY = 1000  # characters of a server's reason for not starting (one pipe write: atomic)
 
 
 def preload(model_dir: str) -> None:
@@ -93,12 +94,15 @@ class Host:
         os.close(life_r)
         self.children[sid] = (pid, life_w, cap)
         readable, _, _ = select.select([ready_r], [], [], READY_TIMEOUT_S)
-        ok = bool(readable) and os.read(ready_r, 1) == b"r"
+        said = os.read(ready_r, MAX_WHY + 1) if readable else b""
         os.close(ready_r)
-        if not ok:  # it died or hung before serving (its stderr says why)
-            self.close(sid, failed=True)
+        if said[:1] != b"r":  # it failed (and said why), died or hung before serving
+            why = said[1:].decode(errors="replace") or (
+                "no word within the start timeout" if not readable else ""
+            )
+            self.close(sid, failed=True, why=why)
 
-    def close(self, sid: object, failed: bool = False) -> None:
+    def close(self, sid: object, failed: bool = False, why: str = "") -> None:
         if not isinstance(sid, str) or sid not in self.children:
             return
         pid, life_w, cap = self.children.pop(sid)
@@ -121,6 +125,8 @@ class Host:
         elif os.WEXITSTATUS(status) != 0:
             killed = f"exit {os.WEXITSTATUS(status)}"
         event = {"event": "failed" if failed else "ended", "id": sid, "cpu_seconds": cpu, "killed": killed}
+        if why:
+            event["why"] = why[:MAX_WHY]
         self.emit({**event, "usage": _usage(sid)})
 
     def shutdown(self) -> None:
@@ -182,14 +188,17 @@ def _child(args, events, sid: str, cmd: dict, cap: float, ready_w: int, life_r: 
         events.flush()
         os.write(ready_w, b"r")
         os.close(ready_w)
+        ready_w = -1
         while os.read(life_r, 1024):  # till the host closes it
             pass
         server.shutdown()
         events.flush()
         code = 0
-    except BaseException:  # noqa: BLE001 (whatever it was, this child ends here, with a reason on stderr)
+    except BaseException as e:  # noqa: BLE001 (whatever it was, this child ends here, with a reason)
         traceback.print_exc(file=sys.stderr)
         sys.stderr.flush()
+        if ready_w >= 0:  # not serving yet: the host passes the reason on to the orchestrator
+            os.write(ready_w, b"x" + f"{type(e).__name__}: {e}".encode(errors="replace")[:MAX_WHY])
     os._exit(code)
 
 
