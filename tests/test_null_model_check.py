@@ -81,7 +81,7 @@ def mounts():
         lines = open("/proc/self/mountinfo").read().splitlines()
     except OSError:
         return []
-    return sorted(re.sub(r"vtb-(model|out)-\w+|/var/lib/docker/overlay2/[^,\s]+|/var/lib/docker/containers/[^/\s]+|vtb-[0-9a-f]{16}/[0-9a-f]+|(master|shared|propagate_from):\d+", "X", " ".join(line.split()[3:])) for line in lines)
+    return sorted(re.sub(r"vtb-model-host-\w+/sockets/\w+|vtb-(model|out)-\w+|/var/lib/docker/overlay2/[^,\s]+|/var/lib/docker/containers/[^/\s]+|vtb-[0-9a-f]{16}/[0-9a-f]+|(master|shared|propagate_from):\d+", "X", " ".join(line.split()[3:])) for line in lines)
 
 
 def suspects_null(ids):
