@@ -69,6 +69,11 @@ def engine_cache_for(engine: str) -> Path | None:
     return engine_cache_dir() if engine == "vllm" else None
 
 
+def bridged(argv: list[str]) -> list[str]:
+    """`argv` started through the bridge that relays the harness sandbox's loopback to the server."""
+    return [sys.executable, "-m", "vtb.serve.bridge", "--socket", SOCKET, "--port", str(PORT), "--", *argv]
+
+
 class ServiceError(RuntimeError):
     """The model server did not come up (its stderr says why)."""
 
@@ -172,18 +177,7 @@ class ModelService:
         return model_env(self._key)
 
     def harness_argv(self, argv: list[str]) -> list[str]:
-        """`argv` started through the bridge that relays the sandbox's loopback to the server."""
-        return [
-            sys.executable,
-            "-m",
-            "vtb.serve.bridge",
-            "--socket",
-            SOCKET,
-            "--port",
-            str(PORT),
-            "--",
-            *argv,
-        ]
+        return bridged(argv)
 
     def close(self) -> SandboxResult:
         """Stop the server (its stdin closed is its signal) and book what it used."""
@@ -364,19 +358,7 @@ class HostedServer:
         return model_env(self._key)
 
     def harness_argv(self, argv: list[str]) -> list[str]:
-        from vtb.serve.bridge import PORT
-
-        return [
-            sys.executable,
-            "-m",
-            "vtb.serve.bridge",
-            "--socket",
-            SOCKET,
-            "--port",
-            str(PORT),
-            "--",
-            *argv,
-        ]
+        return bridged(argv)
 
     def __enter__(self) -> HostedServer:
         return self.start()
