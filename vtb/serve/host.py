@@ -48,6 +48,7 @@ from vtb.serve.server import ModelServer, protocol_stream, serve
 ID = re.compile(r"[a-z0-9]{1,32}")
 READY_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 30.0
+FAILED_EXIT_S = 5.0  # a server that said why it failed exits by itself; one that hangs is killed
 MAX_USAGE_BYTES = 64 << 10
 MAX_WHY = 1000  # characters of a server's reason for not starting (one pipe write: atomic)
 
@@ -107,7 +108,7 @@ class Host:
             return
         pid, life_w, cap = self.children.pop(sid)
         os.close(life_w)  # its lifeline: the server stops and exits
-        deadline = time.monotonic() + (0 if failed else STOP_TIMEOUT_S)
+        deadline = time.monotonic() + (FAILED_EXIT_S if failed else STOP_TIMEOUT_S)
         while True:
             done, status, rusage = os.wait4(pid, os.WNOHANG)
             if done:
