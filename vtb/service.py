@@ -78,6 +78,24 @@ class ServiceError(RuntimeError):
     """The model server did not come up (its stderr says why)."""
 
 
+def _await_ready(service, what: str) -> None:
+    """Read `service`'s events in a thread till its ready event; close it and raise ServiceError
+    (with its stderr's end) if it exits or stays silent for START_TIMEOUT_S."""
+    ready: queue.Queue[str] = queue.Queue()
+    service._reader = threading.Thread(target=service._read_events, args=(ready,), daemon=True)
+    service._reader.start()
+    try:
+        event = ready.get(timeout=START_TIMEOUT_S)
+    except queue.Empty:
+        event = "timeout"
+    if event != "ready":
+        result = service.close()
+        raise ServiceError(
+            f"the {what} for {service.model_dir.name} did not start ({event}; killed: {result.killed}); "
+            f"its stderr ends: {result.stderr[-1500:]}"
+        )
+
+
 @dataclass
 class ModelService:
     """A model server for `model_dir`; use as a context manager (or call `start` and `close`)."""
@@ -133,19 +151,7 @@ class ModelService:
             mounts.append(Mount(Path(self.cache_dir), ENGINE_CACHE, writable=True))
             env.update(engine_cache_env())
         self._proc = self.sandbox.start(argv, mounts=mounts, limits=self.limits, cwd="/", env=env)
-        ready: queue.Queue[str] = queue.Queue()
-        self._reader = threading.Thread(target=self._read_events, args=(ready,), daemon=True)
-        self._reader.start()
-        try:
-            event = ready.get(timeout=START_TIMEOUT_S)
-        except queue.Empty:
-            event = "timeout"
-        if event != "ready":
-            result = self.close()
-            raise ServiceError(
-                f"the model server for {self.model_dir.name} did not start ({event}; killed: {result.killed}); "
-                f"its stderr ends: {result.stderr[-1500:]}"
-            )
+        _await_ready(self, "model server")
         return self
 
     def _read_events(self, ready: queue.Queue) -> None:
@@ -412,19 +418,7 @@ class ModelHost:
         ]
         limits = dataclasses.replace(self.limits, max_flops=None)  # each server holds its own
         self._proc = self.sandbox.start(argv, mounts=mounts, limits=limits, cwd="/", env=dict(self.env))
-        ready: queue.Queue[str] = queue.Queue()
-        self._reader = threading.Thread(target=self._read_events, args=(ready,), daemon=True)
-        self._reader.start()
-        try:
-            event = ready.get(timeout=START_TIMEOUT_S)
-        except queue.Empty:
-            event = "timeout"
-        if event != "ready":
-            result = self.close()
-            raise ServiceError(
-                f"the model host for {self.model_dir.name} did not start ({event}; killed: {result.killed}); "
-                f"its stderr ends: {result.stderr[-1500:]}"
-            )
+        _await_ready(self, "model host")
         return self
 
     def server(self, limits: Limits, swap=None, record_transcript: bool = False) -> HostedServer:
