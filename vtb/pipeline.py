@@ -372,32 +372,35 @@ def play(request: PlayRequest) -> PlayResult:
     max_flops = r.limits.max_flops
     hosted = r.engine.name == "transformers" and not sandbox_cfg.gpus  # fork-safe: no CUDA, no vLLM
     host = _start_host(sandbox, sandbox_cfg, r, env, len(shards)) if hosted else None
-    for part in shards:
-        part_flops = None if max_flops is None else max(0.0, max_flops - outcome.charge.flops)
-        if r.flops_per_episode is not None:
-            cap = r.flops_per_episode * len(part)
-            part_flops = cap if part_flops is None else min(part_flops, cap)
-        limits = step_limits(sandbox_cfg, r.limits._replace(max_flops=part_flops))
-        swap = provenance.rotation(part, text_of) if text_of else None
-        got = _play_shard(
-            sandbox,
-            r.harness_dir,
-            r.model_dir,
-            part,
-            limits,
-            env,
-            cache,
-            task_cfg,
-            split,
-            swap,
-            trace,
-            host,
-        )
-        if swap is not None:
-            audited.append((part, got.swapped))
-        outcome = _merge(outcome, got)
+    try:
+        for part in shards:
+            part_flops = None if max_flops is None else max(0.0, max_flops - outcome.charge.flops)
+            if r.flops_per_episode is not None:
+                cap = r.flops_per_episode * len(part)
+                part_flops = cap if part_flops is None else min(part_flops, cap)
+            limits = step_limits(sandbox_cfg, r.limits._replace(max_flops=part_flops))
+            swap = provenance.rotation(part, text_of) if text_of else None
+            got = _play_shard(
+                sandbox,
+                r.harness_dir,
+                r.model_dir,
+                part,
+                limits,
+                env,
+                cache,
+                task_cfg,
+                split,
+                swap,
+                trace,
+                host,
+            )
+            if swap is not None:
+                audited.append((part, got.swapped))
+            outcome = _merge(outcome, got)
+    finally:  # a play that raises still stops its host
+        if isinstance(host, ModelHost):
+            host.close()
     if isinstance(host, ModelHost):
-        host.close()
         outcome.charge = outcome.charge + host.charge
     scored = {b.id for b in blinded}
     pairs = None
