@@ -66,3 +66,38 @@ def test_an_unreadable_counter_runs_every_round(monkeypatch) -> None:
     monkeypatch.setattr(calibrate, "machine_busy_seconds", lambda: None)
     assert calibrate._other_load(None, 5.0) is None
     assert calibrate._other_load(12.0, 5.0) is None
+
+
+@pytest.mark.parametrize("cores", [1, 2])
+def test_the_two_probes_run_side_by_side_where_there_are_cores_for_both(tmp_path, monkeypatch, cores) -> None:
+    """A round's inference probe and training probe each meter their own CPU-seconds, so on a
+    machine with a core for each they run at once (a fresh default run's calibration: 18 s one
+    after the other, 9.4 s side by side, the same rates within the rounds' spread); with one core
+    they run one after the other, as before."""
+    import json
+    import time
+    from types import SimpleNamespace
+
+    from vtb import runner
+
+    spans: dict[str, list[float]] = {}
+
+    def timed(name: str, out):
+        start = time.monotonic()
+        time.sleep(0.3)
+        spans[name] = [start, time.monotonic()]
+        return out
+
+    charge = SimpleNamespace(flops=1e9, cpu_seconds=5.0)
+    infer = SimpleNamespace(stdout=json.dumps({"work_cpu_seconds": 1.5}), charge=charge)
+    monkeypatch.setattr(calibrate, "_run", lambda *a: timed("infer", infer))
+    trained = SimpleNamespace(charge=SimpleNamespace(flops=1e10, cpu_seconds=10.0))  # long enough to time
+    monkeypatch.setattr(calibrate, "_train", lambda *a: timed("train", trained))
+    monkeypatch.setattr(runner, "charge_of", lambda result: result.charge)
+    monkeypatch.setattr(calibrate, "machine_busy_seconds", lambda: 0.0)
+    monkeypatch.setattr(calibrate, "_cores", lambda: cores)
+    system = calibrate.toy_system(tmp_path / "system", {"batch_size": 16})
+    found = calibrate.measure(SimpleNamespace(threads=1), tmp_path, system)
+    overlap = min(spans["infer"][1], spans["train"][1]) - max(spans["infer"][0], spans["train"][0])
+    assert (overlap > 0.1) == (cores == 2), spans
+    assert found["startup_cpu_seconds"] == 3.5 and len(found["points"]["train"]) == 1

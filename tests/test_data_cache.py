@@ -53,15 +53,18 @@ def test_domains_come_from_a_registry() -> None:
         registry.DOMAINS._items.pop("throwaway")
 
 
-def test_only_the_tiny_models_key_follows_the_data():
-    """The tiny model is pre-trained on the pool; a converted SmolLM2 is the same for any split."""
+def test_only_the_tiny_models_key_follows_the_data_and_the_numerics():
+    """The tiny model is pre-trained on the pool, in a sandbox whose thread count and code paths
+    set its last bits; a converted SmolLM2 is the same for any split and sandbox."""
     from vtb.config import ModelConfig
     from vtb.keys import model_key
 
     one, two = {"pool": "a", "val": "b"}, {"pool": "a", "val": "c"}
-    assert model_key(ModelConfig(), one) != model_key(ModelConfig(), two)
+    assert model_key(ModelConfig(), one, [1, True]) != model_key(ModelConfig(), two, [1, True])
+    assert model_key(ModelConfig(), one, [1, True]) != model_key(ModelConfig(), one, [2, True])
+    assert model_key(ModelConfig(), one, [1, True]) != model_key(ModelConfig(), one, [1, False])
     smol = ModelConfig(name="smollm2", kind="smollm2")
-    assert model_key(smol, one) == model_key(smol, two)
+    assert model_key(smol, one, [1, True]) == model_key(smol, two, [2, False])
 
 
 def test_a_made_base_model_is_kept_for_the_machine_and_copied_into_a_fresh_cache(
@@ -78,7 +81,7 @@ def test_a_made_base_model_is_kept_for_the_machine_and_copied_into_a_fresh_cache
     (tmp_path / "a").mkdir()
     data = pipeline.provision_data(DataRequest(task, tmp_path / "a"))
     model = ModelConfig(name="tiny", kind="tiny", n_layer=1, n_embd=32, pretrain_steps=2, pretrain_texts=50)
-    key = keys.model_key(model, data.hashes)
+    key = keys.model_key(model, data.hashes, SandboxConfig().numerics(SandboxConfig().threads))
 
     def request(cache: str) -> ModelRequest:
         return ModelRequest(model, task, data.data_dir, data.hashes, tmp_path / cache, SandboxConfig())

@@ -80,15 +80,20 @@ def test_pinned_code_paths_give_the_same_bits_whatever_the_machine_would_pick(tm
 def test_the_fingerprint_names_the_pins_and_a_probe_of_this_machine(backend) -> None:
     fp = repro.fingerprint(SandboxConfig(backend=backend))
     assert fp["mode"] == "reproducible" and fp["pins"]["ATEN_CPU_CAPABILITY"] == "avx2"
-    assert fp["cpu_capability"] == "AVX2" and fp["threads"] == 2 and len(fp["id"]) == 12
+    assert fp["cpu_capability"] == "AVX2" and fp["threads"] == 1 and len(fp["id"]) == 12
     native = repro.fingerprint(SandboxConfig(backend=backend, reproducible=False))
     assert native["mode"] == "native" and native["id"] != fp["id"]
     if backend == "docker":  # the host's runtime mounted, the same CPU: the same fingerprint as bwrap
         assert fp["id"] == repro.fingerprint(SandboxConfig(backend="bwrap"))["id"]
     assert record.fingerprint_line(fp).startswith(fp["id"])
-    assert fp["server_threads"] == 1 and "2 threads (1 per model server)" in record.fingerprint_line(fp)
-    two = repro.fingerprint(SandboxConfig(backend=backend, server_threads=None))  # the servers on `threads`
-    assert two["server_threads"] == 2 and two["id"] != fp["id"] and two["probe"] == fp["probe"]
+    assert fp["server_threads"] == 1 and "1 thread (1 per model server)" in record.fingerprint_line(fp)
+    two = repro.fingerprint(SandboxConfig(backend=backend, threads=2))  # two threads: other bits
+    assert two["threads"] == 2 and "2 threads (1 per model server)" in record.fingerprint_line(two)
+    assert two["id"] != fp["id"] and two["probe"] != fp["probe"]
+    both = repro.fingerprint(
+        SandboxConfig(backend=backend, threads=2, server_threads=None)
+    )  # servers on `threads`
+    assert both["server_threads"] == 2 and both["id"] != two["id"] and both["probe"] == two["probe"]
 
 
 def test_a_probe_that_prints_nonsense_is_refused() -> None:

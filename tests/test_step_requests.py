@@ -107,11 +107,10 @@ def test_a_play_key_is_what_the_bench_keyed_before_and_ignores_where_the_work_ha
         mode="null",
     )
     plain = step_requests.PlayRequest(**base)
-    assert plain.key() == keys.play_key("wk", "hh", "test", "sh", "null", task, engine, 1)
-    # the model server's threads are in it (sandbox.server_threads; the sandbox's own are not)
-    assert (
-        step_requests.PlayRequest(**{**base, "sandbox": SandboxConfig(server_threads=2)}).key() != plain.key()
-    )
+    assert plain.key() == keys.play_key("wk", "hh", "test", "sh", "null", task, engine, [1, True])
+    # the model server's numerics are in it (sandbox.server_threads, .reproducible; not `threads`)
+    for other in (SandboxConfig(server_threads=2), SandboxConfig(reproducible=False)):
+        assert step_requests.PlayRequest(**{**base, "sandbox": other}).key() != plain.key()
     assert step_requests.PlayRequest(**{**base, "sandbox": SandboxConfig(threads=4)}).key() == plain.key()
     graded = step_requests.PlayRequest(**base, flops_per_episode=5.0, shard=3)
     old = hash_json([hash_json([plain.key(), "flops-per-episode", 5.0]), "shard", 3])
@@ -120,3 +119,22 @@ def test_a_play_key_is_what_the_bench_keyed_before_and_ignores_where_the_work_ha
         **{**base, "harness_dir": tmp_path / "x", "data_dir": "/elsewhere"}, limits=StepLimits(1.0, 2.0)
     )
     assert moved.key() == plain.key() and isinstance(moved.data_dir, Path)
+
+
+def test_a_train_key_holds_the_trainers_numerics_not_its_paths(tmp_path) -> None:
+    """A checkpoint's last bits follow the trainer sandbox's thread count and pinned code paths
+    (vtb/repro.py): a run with another `sandbox.threads` trains again rather than reusing it."""
+    base = dict(
+        snapshot_dir=tmp_path / "s",
+        parts={"data": "d", "trainer": "t", "harness": "h"},
+        base_dir=tmp_path / "b",
+        base_hash="bh",
+        seed=0,
+        cache=tmp_path / "c",
+        sandbox=SandboxConfig(threads=1),
+    )
+    plain = step_requests.TrainRequest(**base).key()
+    for other in (SandboxConfig(threads=2), SandboxConfig(threads=1, reproducible=False)):
+        assert step_requests.TrainRequest(**{**base, "sandbox": other}).key() != plain
+    same = {**base, "snapshot_dir": tmp_path / "x", "parts": {**base["parts"], "harness": "other"}}
+    assert step_requests.TrainRequest(**same, limits=StepLimits(1.0, 2.0)).key() == plain

@@ -153,7 +153,10 @@ class EngineConfig:
 @dataclass
 class SandboxConfig:
     backend: str = "bwrap"
-    threads: int = 2  # torch/OMP threads inside the sandbox
+    # torch/OMP threads inside the sandbox. One: a bench runs two steps at once (the research beside
+    # the reference's training, two grading plays), and two trainings of two threads each on 2
+    # cores took 23.4 s each against 12.4 s with one thread each (the default run: 327 -> 295 s).
+    threads: int = 1
     # torch/OMP threads of a model server (None: `threads`). One by default: a small model's decode
     # steps are too short for a second thread to pay (measured on the tiny model: the same tokens,
     # a third more CPU-seconds, no faster), and a bench runs several servers and trainings at once.
@@ -197,6 +200,13 @@ class SandboxConfig:
     def model_server_threads(self) -> int:
         """The threads a model server runs with."""
         return self.server_threads or self.threads
+
+    def numerics(self, threads: int) -> list:
+        """What besides the inputs sets a CPU result's last bits (vtb/repro.py): the thread count
+        (a library may split a sum differently on more threads) and whether the code paths are
+        pinned. Part of every cache key whose result is computed, so a run never reuses another
+        thread count's checkpoints or plays."""
+        return [threads, self.reproducible]
 
     def part_caps(self) -> dict[str, Caps]:
         """The caps of each workspace part after a turn: harness/ has its own, smaller size cap."""

@@ -37,17 +37,29 @@ def data_key(task: TaskConfig) -> str:
     return hash_json(["data", RESULTS, asdict(task), salt.salt_sha256(task), code_version(*DATA_CODE)])
 
 
-def model_key(model: ModelConfig, data_hashes: dict[str, str]) -> str:
-    """Only the tiny model depends on the data (it is pre-trained on the pool's questions): a
-    converted or fetched checkpoint is the same for every split, so a new shape reuses it."""
-    data = data_hashes if model.kind == "tiny" else None
-    return hash_json(["model", RESULTS, asdict(model), data, code_version(*MODEL_CODE)])
+def model_key(model: ModelConfig, data_hashes: dict[str, str], numerics: list) -> str:
+    """Only the tiny model depends on the data (it is pre-trained on the pool's questions) and on
+    the sandbox's numerics (`SandboxConfig.numerics`): a converted or fetched checkpoint is the
+    same for every split and sandbox, so a new shape reuses it."""
+    tiny = model.kind == "tiny"
+    made = [data_hashes, numerics] if tiny else None
+    return hash_json(["model", RESULTS, asdict(model), made, code_version(*MODEL_CODE)])
 
 
-def train_key(base_hash: str, parts: dict[str, str], seed: int) -> str:
-    """The harness is not in it: a harness-only edit reuses the checkpoint (and is charged once)."""
+def train_key(base_hash: str, parts: dict[str, str], seed: int, numerics: list) -> str:
+    """The harness is not in it: a harness-only edit reuses the checkpoint (and is charged once).
+    `numerics`: the trainer sandbox's (`SandboxConfig.numerics`)."""
     return hash_json(
-        ["train", RESULTS, base_hash, parts["data"], parts["trainer"], seed, code_version(*TRAIN_CODE)]
+        [
+            "train",
+            RESULTS,
+            base_hash,
+            parts["data"],
+            parts["trainer"],
+            seed,
+            numerics,
+            code_version(*TRAIN_CODE),
+        ]
     )
 
 
@@ -59,11 +71,11 @@ def play_key(
     mode: str,  # model | null | base: which weights answer (grading's checks swap them)
     task: TaskConfig,
     engine: EngineConfig,
-    server_threads: int,
+    numerics: list,
 ) -> str:
-    """`server_threads`: the model server's (sandbox.server_threads). The same tokens in every
-    measurement so far, but a library may sum in another order on more threads, so a play is
-    only reused for its own thread count."""
+    """`numerics`: the model server's (`SandboxConfig.numerics(server_threads)`). The same tokens
+    in every measurement so far, but a library may sum in another order on more threads, so a
+    play is only reused for its own thread count and code paths."""
     return hash_json(
         [
             "play",
@@ -76,7 +88,7 @@ def play_key(
             asdict(task),
             asdict(engine),
             code_version(*PLAY_CODE),
-            server_threads,
+            numerics,
         ]
     )
 

@@ -744,6 +744,7 @@ def fingerprint_line(fp: dict | None) -> str:
     # model servers' threads: kept since issue 38's server_threads; older records lack them
     servers = f" ({fp['server_threads']} per model server)" if fp.get("server_threads") else ""
     return (
-        f"{fp.get('id')} ({mode}; kernels {fp.get('cpu_capability')}, {fp.get('threads')} threads{servers}, "
+        f"{fp.get('id')} ({mode}; kernels {fp.get('cpu_capability')}, "
+        f"{fp.get('threads')} thread{'' if fp.get('threads') == 1 else 's'}{servers}, "
         f"torch {fp.get('torch')}, transformers {fp.get('transformers')})"
     )

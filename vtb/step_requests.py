@@ -59,7 +59,7 @@ class ModelRequest:
         _paths(self, "data_dir", "cache")
 
     def key(self) -> str:
-        return keys.model_key(self.model, self.data_hashes)
+        return keys.model_key(self.model, self.data_hashes, self.sandbox.numerics(self.sandbox.threads))
 
     def out(self) -> Path:
         """The model's folder: the key names it, so a key and its folder cannot disagree."""
@@ -83,7 +83,9 @@ class TrainRequest:
         _paths(self, "snapshot_dir", "base_dir", "cache")
 
     def key(self) -> str:
-        return keys.train_key(self.base_hash, self.parts, self.seed)
+        return keys.train_key(
+            self.base_hash, self.parts, self.seed, self.sandbox.numerics(self.sandbox.threads)
+        )
 
     def out(self) -> Path:
         return self.cache / "checkpoints" / self.key()[:24]
@@ -123,7 +125,7 @@ class PlayRequest:
             self.mode,
             self.task,
             self.engine,
-            self.sandbox.model_server_threads,
+            self.sandbox.numerics(self.sandbox.model_server_threads),
         )
         if self.flops_per_episode is not None:  # a different cap is a different play
             key = hash_json([key, "flops-per-episode", self.flops_per_episode])
