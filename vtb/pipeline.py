@@ -446,10 +446,11 @@ def _start_host(sandbox, sandbox_cfg: SandboxConfig, r: PlayRequest, env: dict, 
 
     Only for the transformers engine on the CPU (the caller checks),
     where a fork of an imported interpreter is safe; the host sandbox may spend what every
-    shard's server could (their CPU caps and wall limits, summed)."""
+    shard's server could, and as much again for the host's own start (one more server's CPU
+    cap and wall limit): a last server is then stopped at its own cap, not by the host's."""
     one = step_limits(sandbox_cfg, r.limits._replace(max_flops=None))
     limits = dataclasses.replace(
-        one, cpu_seconds=one.cpu_seconds * shards, wall_seconds=one.wall_seconds * shards
+        one, cpu_seconds=one.cpu_seconds * (shards + 1), wall_seconds=one.wall_seconds * (shards + 1)
     )
     host = ModelHost(sandbox, r.model_dir, limits, env=env)
     try:
