@@ -199,7 +199,7 @@ def measure(sandbox: Sandbox, base_dir: Path, system_dir: Path) -> dict:
         config = json.loads((cand / "trainer" / "config.json").read_text())
         config.pop("deepspeed", None)  # CPU-seconds of our single-process trainer are the unit
         steps = TRAIN_STEPS
-        side_by_side = _cores() >= 2 * max(1, int(getattr(sandbox, "threads", 1) or 1))
+        side_by_side = _cores() >= 2 * getattr(sandbox, "threads", 1)
         for repeat in range(REPEATS):
             how = "side by side" if side_by_side else "one after the other"
             say(f"[calibrate] {repeat + 1}/{REPEATS}: the inference engine and the trainer, {how}")

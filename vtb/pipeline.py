@@ -71,18 +71,15 @@ def provision_data(request: DataRequest) -> DataResult:
 def provision_model(request: ModelRequest) -> ModelResult:
     """Make (tiny, in a sandbox), convert (smollm2) or fetch (hub) the base model into `request.out()`.
 
-    A made or converted model is also kept machine-wide (`machine_model_dir`, by the step's key
-    and the sandbox shape it was made in), so a fresh cache_dir on this machine (a test, a sweep,
+    A made or converted model is also kept machine-wide (`machine_model_dir`, by the step's key,
+    which holds the tiny model's thread count and pins, and the sandbox backend), so a fresh cache_dir on this machine (a test, a sweep,
     a new run folder) copies it instead of pre-training or converting again (~50 s for the
     default tiny model). It is a deterministic function of that key: the same bits either way."""
     model, sandbox_cfg, out = request.model, request.sandbox, request.out()
     echo = lambda line: progress.say(f"  [base] {line}")  # noqa: E731
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    kept = (
-        machine_model_dir()
-        / f"{out.name}-{sandbox_cfg.backend}-{sandbox_cfg.threads}t-{int(sandbox_cfg.reproducible)}"
-    )
+    kept = machine_model_dir() / f"{out.name}-{sandbox_cfg.backend}"
     kind = model_kind(model.kind)
     if kind.deterministic and (kept / KEPT_MARK).is_file():
         echo(f"the {model.name} base model made earlier on this machine: {kept}")
