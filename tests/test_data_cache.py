@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 from vtb import keys, pipeline
 from vtb.domains.math.domain import MathConfig, MathDomain
 from vtb.step_requests import DataRequest, ModelRequest
@@ -75,19 +78,36 @@ def test_a_made_base_model_is_kept_for_the_machine_and_copied_into_a_fresh_cache
     shape, and a fresh cache gets the same bits without a sandbox run; a partial copy (no mark)
     is never used."""
     from vtb.config import ModelConfig, SandboxConfig
+    from vtb.models.meta import read_model_info
 
     monkeypatch.setenv("VTB_MODEL_CACHE_DIR", str(tmp_path / "machine"))
     task = MathConfig(name="math", n_pool=60, n_val=10, n_test=10, initial_data_size=20)
     (tmp_path / "a").mkdir()
     data = pipeline.provision_data(DataRequest(task, tmp_path / "a"))
     model = ModelConfig(name="tiny", kind="tiny", n_layer=1, n_embd=32, pretrain_steps=2, pretrain_texts=50)
-    key = keys.model_key(model, data.hashes, SandboxConfig().numerics(SandboxConfig().threads))
+    key = keys.model_key(model, data.hashes, SandboxConfig().numerics(model.pretrain_threads))
 
     def request(cache: str) -> ModelRequest:
         return ModelRequest(model, task, data.data_dir, data.hashes, tmp_path / cache, SandboxConfig())
 
     first = pipeline.provision_model(request("a"))
     assert first.charge is not None and first.charge.cpu_seconds > 0  # made in a sandbox
+    # pre-trained at model.pretrain_threads (2), not at the sandbox's one thread; so a run with
+    # another sandbox.threads stands on the same base model (the same key, the kept copy)
+    assert SandboxConfig().threads == 1 and read_model_info(Path(first.base_dir))["threads"] == 2
+    wider = ModelRequest(model, task, data.data_dir, data.hashes, tmp_path / "x", SandboxConfig(threads=3))
+    assert wider.key() == request("a").key() == key
+    assert (
+        ModelRequest(
+            replace(model, pretrain_threads=1),
+            task,
+            data.data_dir,
+            data.hashes,
+            tmp_path / "x",
+            SandboxConfig(),
+        ).key()
+        != key
+    )
     [kept] = list((tmp_path / "machine").iterdir())
     assert (kept / pipeline.KEPT_MARK).is_file()
     capsys.readouterr()

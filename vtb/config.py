@@ -75,7 +75,17 @@ class ModelConfig:
     n_positions: int = 256
     pretrain_steps: int = 150
     pretrain_texts: int = 20000
+    # torch/OMP threads of the tiny model's pre-training sandbox, whatever sandbox.threads is: it
+    # runs alone (every later step needs its model), so two threads use two cores (47.6 -> ~36 s),
+    # and one fixed count gives every sweep of a config the same base model whatever its
+    # sandbox.threads (the thread count sets a result's last bits; docs/reproducibility.md).
+    pretrain_threads: int = 2
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        value = self.pretrain_threads
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"model.pretrain_threads={value!r}: give a whole number of threads, 1 or more")
 
 
 @dataclass

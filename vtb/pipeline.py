@@ -212,7 +212,10 @@ def _build_tiny(
             cpu_seconds=sandbox_cfg.step_cpu_s,
             memory_mb=sandbox_cfg.memory_mb,
         )
-        proc = runner.sandbox_for(sandbox_cfg).start(argv, mounts=mounts, limits=limits, cwd="/build")
+        # its own thread count (model.pretrain_threads): it runs alone, and every sandbox.threads
+        # of a config then stands on the same base model
+        builder = runner.sandbox_for(dataclasses.replace(sandbox_cfg, threads=model.pretrain_threads))
+        proc = builder.start(argv, mounts=mounts, limits=limits, cwd="/build")
         proc.stdin.close()
         stream_lines(proc, echo)
         result = proc.wait()

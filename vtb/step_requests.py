@@ -59,7 +59,10 @@ class ModelRequest:
         _paths(self, "data_dir", "cache")
 
     def key(self) -> str:
-        return keys.model_key(self.model, self.data_hashes, self.sandbox.numerics(self.sandbox.threads))
+        # the tiny model is pre-trained at model.pretrain_threads, not sandbox.threads (_build_tiny)
+        return keys.model_key(
+            self.model, self.data_hashes, self.sandbox.numerics(self.model.pretrain_threads)
+        )
 
     def out(self) -> Path:
         """The model's folder: the key names it, so a key and its folder cannot disagree."""

@@ -236,6 +236,7 @@ def build_tiny_model(
             pretrain_steps=steps,
             pretrain_texts=len(texts),
             seed=seed,
+            threads=torch.get_num_threads(),  # what it was pre-trained with: it sets the last bits
             first_loss=losses[0] if losses else None,
             final_loss=sum(tail) / len(tail) if tail else None,
         )
