@@ -194,6 +194,10 @@ def build_tiny_model(
             eos_token_id=tokenizer.eos_token_id,
             pad_token_id=tokenizer.pad_token_id,
             tie_word_embeddings=True,
+            # GPT-2's tanh GELU as torch's one fused kernel, not transformers' `gelu_new` (five
+            # elementwise ops): the same formula (1% of values differ by one unit in the last
+            # place), 5x faster on a (100, 60, 512) tensor; a 5-vote play's decoding 11.4 -> 9.1 CPU-s
+            activation_function="gelu_pytorch_tanh",
         )
         model = GPT2LMHeadModel(config)
         model.train()
