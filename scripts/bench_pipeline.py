@@ -164,7 +164,9 @@ def table(rows: dict[str, dict], rates: dict[str, dict], n: int) -> str:
     )
     first = rows[names[0]]["wall"]
     for k in names[1:]:
-        lines.append(f"{k}: total wall time {100 * (1 - rows[k]['wall'] / first):.0f}% lower than {names[0]}")
+        change = 100 * (rows[k]["wall"] / first - 1)
+        way = "higher" if change > 0 else "lower"
+        lines.append(f"{k}: total wall time {abs(change):.0f}% {way} than {names[0]}")
     return "\n".join(lines)
 
 
