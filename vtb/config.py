@@ -60,6 +60,12 @@ class TaskConfig:
         self.test_salt = salt.seal(self.test_salt)
 
 
+def check_threads(name: str, value: object) -> None:
+    """A thread count from a config: a whole number, 1 or more (a bool is not one)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}={value!r}: give a whole number of threads, 1 or more")
+
+
 @dataclass
 class ModelConfig:
     name: str = "tiny"
@@ -76,16 +82,14 @@ class ModelConfig:
     pretrain_steps: int = 150
     pretrain_texts: int = 20000
     # torch/OMP threads of the tiny model's pre-training sandbox, whatever sandbox.threads is: it
-    # runs alone (every later step needs its model), so two threads use two cores (47.6 -> ~36 s),
+    # runs alone (every later step needs its model), so two threads use two cores (60.0 -> 35.5 s),
     # and one fixed count gives every sweep of a config the same base model whatever its
     # sandbox.threads (the thread count sets a result's last bits; docs/reproducibility.md).
     pretrain_threads: int = 2
     seed: int = 0
 
     def __post_init__(self) -> None:
-        value = self.pretrain_threads
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"model.pretrain_threads={value!r}: give a whole number of threads, 1 or more")
+        check_threads("model.pretrain_threads", self.pretrain_threads)
 
 
 @dataclass
@@ -199,12 +203,9 @@ class SandboxConfig:
     max_checkpoint_files: int = 10000
 
     def __post_init__(self) -> None:
-        for name in ("threads", "server_threads"):
-            value = getattr(self, name)
-            if value is None and name == "server_threads":
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"sandbox.{name}={value!r}: give a whole number of threads, 1 or more")
+        check_threads("sandbox.threads", self.threads)
+        if self.server_threads is not None:
+            check_threads("sandbox.server_threads", self.server_threads)
 
     @property
     def model_server_threads(self) -> int:
