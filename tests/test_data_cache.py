@@ -119,3 +119,38 @@ def test_a_made_base_model_is_kept_for_the_machine_and_copied_into_a_fresh_cache
     third = pipeline.provision_model(request("c"))
     assert third.charge is not None and third.hash == first.hash
     assert (kept / pipeline.KEPT_MARK).is_file()  # the partial copy replaced by a whole one
+
+
+def test_a_model_folders_stated_parameter_count_is_read_bounded_and_checked(tmp_path) -> None:
+    """vtb_model.json is written in the model step's sandbox: a link, a huge file or a count
+    that is not a positive integer gives no count, never an error or a bogus figure."""
+    import json
+    import os
+
+    from vtb.pipeline import model_params
+
+    def folder(name: str, content: object) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        (d / "vtb_model.json").write_text(json.dumps(content))
+        return d
+
+    assert model_params(folder("sound", {"n_params": 1234})) == 1234
+    for name, bad in [
+        ("text", {"n_params": "1e9"}),
+        ("neg", {"n_params": -5}),
+        ("flag", {"n_params": True}),
+        ("float", {"n_params": 1.5}),
+        ("list", [1]),
+        ("huge_n", {"n_params": 10**30}),
+    ]:
+        assert model_params(folder(name, bad)) is None, name
+    big = tmp_path / "big"
+    big.mkdir()
+    (big / "vtb_model.json").write_text('{"n_params": 7, "pad": "' + "x" * (1 << 20) + '"}')
+    assert model_params(big) is None
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    os.symlink(folder("target", {"n_params": 99}) / "vtb_model.json", linked / "vtb_model.json")
+    assert model_params(linked) is None
+    assert model_params(tmp_path / "missing") is None

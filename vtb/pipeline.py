@@ -153,8 +153,20 @@ def _finish_model(tmp: Path, out: Path, charge: Charge | None) -> ModelResult:
     shutil.rmtree(out, ignore_errors=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp.rename(out)
-    info = json.loads((out / "vtb_model.json").read_text()) if (out / "vtb_model.json").exists() else {}
-    return ModelResult(base_dir=str(out), n_params=info.get("n_params"), hash=hash_dir(out), charge=charge)
+    return ModelResult(base_dir=str(out), n_params=model_params(out), hash=hash_dir(out), charge=charge)
+
+
+def model_params(model_dir: Path) -> int | None:
+    """The parameter count a model folder's vtb_model.json states, if it states a sound one.
+
+    The file was written in a sandbox: read bounded (no link followed), and a count that is not a
+    positive integer is no count (the figure is only logged and kept in the manifest)."""
+    try:
+        info = safefs.read_json(model_dir / "vtb_model.json", 64 << 10)
+    except (OSError, safefs.Rejected):
+        return None
+    n = info.get("n_params") if isinstance(info, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and 0 < n < 10**13 else None
 
 
 def _keep(out: Path, kept: Path) -> None:
