@@ -35,6 +35,7 @@ from flows.watch import artifact_key, bench_tags, send_progress_to_prefect, ui_w
 from steps import prefect_steps
 from vtb import record
 from vtb.bench import Bench
+from vtb.bench_result import BenchResult, Errored
 from vtb.build import preflight, preflight_data
 from vtb.build import run_id as run_id_of
 from vtb.compose import check_command_line, compose_config, to_config
@@ -43,8 +44,9 @@ from vtb.preflight import PreflightError
 from vtb.repro import start_fingerprint
 
 
-def run_bench(cfg: BenchConfig) -> dict:
-    """Run one bench as a Prefect flow run, tagged (flows/watch.py `bench_tags`); returns result.json's content."""
+def run_bench(cfg: BenchConfig) -> BenchResult | Errored:
+    """Run one bench as a Prefect flow run, tagged (flows/watch.py `bench_tags`): its result, or
+    why it errored."""
     name = run_id_of(cfg)
     check_bench(cfg)
     with tags(*bench_tags(cfg)):
@@ -59,11 +61,11 @@ def check_bench(cfg: BenchConfig) -> None:
 
 
 @flow(name="vibetraining-bench", validate_parameters=False)
-def bench_flow(cfg: BenchConfig) -> dict:
+def bench_flow(cfg: BenchConfig) -> BenchResult | Errored:
     return _bench(cfg)
 
 
-def _bench(cfg: BenchConfig) -> dict:
+def _bench(cfg: BenchConfig) -> BenchResult | Errored:
     """The body of a bench flow run (inline or deployed): the bench, then its UI artifacts."""
     send_progress_to_prefect()  # the bench's lines also in this run's Logs tab
     run_id = run_id_of(cfg)
@@ -75,7 +77,7 @@ def _bench(cfg: BenchConfig) -> dict:
     with TagsContext(current_tags=set()):
         result = bench.run()
     bench.watch.iteration(bench.history)  # the iterations table's last state, in place
-    publish_artifacts(bench.run_id, Path(result["record"]))
+    publish_artifacts(bench.run_id, Path(result.record))
     return result
 
 
@@ -128,7 +130,9 @@ def bench_deployment(overrides: list[str] | None = None, config: dict | None = N
 
 
 def _located(cfg: BenchConfig) -> dict:
-    return {**_bench(cfg), "location": {"host": machine(), "path": str(cfg.paths()[0] / cfg.run_id)}}
+    """The bench's outcome as the JSON a sweep reads back (vtb/result_check.py), with where its record is."""
+    where = {"host": machine(), "path": str(cfg.paths()[0] / cfg.run_id)}
+    return {**_bench(cfg).to_json(), "location": where}
 
 
 def publish_artifacts(run_id: str, run_dir: Path) -> None:
@@ -157,14 +161,12 @@ def main(cfg: DictConfig) -> float:
     # waits for its figures after its model step.
     start_fingerprint(bench_cfg.sandbox)
     result = run_bench(bench_cfg)
-    if result.get("state") == "errored":  # no score: the reason once, and where the record is
-        reason = "".join(
-            c if c.isprintable() else " " for c in str(result["error"])
-        )  # agent text: no escapes
-        print(f"errored: {reason}\nrun record: {result['record']}", file=sys.stderr)
+    if isinstance(result, Errored):  # no score: the reason once, and where the record is
+        reason = "".join(c if c.isprintable() else " " for c in result.error)  # agent text: no escapes
+        print(f"errored: {reason}\nrun record: {result.record}", file=sys.stderr)
         sys.stderr.flush()
         raise SystemExit(ERRORED)
-    return result["submitted"]["test_score"]
+    return result.submitted.score.test_score
 
 
 if __name__ == "__main__":

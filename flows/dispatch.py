@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+from flows.rows import BenchRow
 from vtb import safefs
+from vtb.bench_result import Errored, is_errored
 from vtb.result_check import MAX_RESULT_BYTES, BadResult, check_result, parse_record
 
 DEPLOYMENT = "vibetraining-bench/bench"
@@ -48,7 +50,7 @@ class Job:
     flow_run_id: UUID | None = None
     tries: int = 0
     crashes: list[str] = field(default_factory=list)
-    outcome: dict | None = None
+    outcome: BenchRow | None = None
     running: bool = False  # its flow run was Pending or Running at the last look
 
 
@@ -74,7 +76,7 @@ def run_deployments(
     poll_s: float = 5.0,
     crash_retries: int = 1,
     start_timeout_s: float = 1800.0,
-) -> list[dict]:
+) -> list[BenchRow]:
     """Start every job's bench, wait for all, and return their outcomes in order (rows of the sweep).
 
     Each bench's start and end is printed as it happens. When none of the sweep's benches has run
@@ -112,7 +114,7 @@ def _give_up_waiting(client, waiting: list[Job], deployment: str, waited_s: floa
     )
     for job in waiting:
         client.set_flow_run_state(job.flow_run_id, Cancelled(message=why[:200]), force=True)
-        job.outcome = {"run": job.run, "worker": None, "tries": job.tries, "state": "failed", "error": why}
+        job.outcome = BenchRow(job.run, "failed", error=why, tries=job.tries)
         print(f"[sweep] {job.run}: {why}", flush=True)
 
 
@@ -152,7 +154,7 @@ def _step(client, job: Job, lost: dict[str, str], deployment: str, crash_retries
             submit(job, deployment)
             return
         job.outcome = outcome_of(run, job, worker)
-        print(f"[sweep] {job.run}: {job.outcome['state']}", flush=True)
+        print(f"[sweep] {job.run}: {job.outcome.state}", flush=True)
     elif worker in lost:
         message = f"worker {worker} lost: {lost[worker]}"
         client.set_flow_run_state(job.flow_run_id, Crashed(message=message), force=True)
@@ -178,32 +180,24 @@ def lost_workers(client, flow_run_ids: set[str]) -> dict[str, str]:
     return out
 
 
-def outcome_of(run, job: Job, worker: str | None) -> dict:
+def outcome_of(run, job: Job, worker: str | None) -> BenchRow:
     """A finished flow run as a row of the sweep; a completed one only with a sound result."""
-    row: dict[str, Any] = {"run": job.run, "worker": worker, "tries": job.tries}
-    if job.crashes:
-        row["crashes"] = job.crashes
+    where = {"worker": worker, "tries": job.tries, "crashes": job.crashes}
     state = run.state
     if not state.is_completed():
         error = str(state.message or state.name)[:400]
         if state.is_crashed() and "exited with status code" in error:
             error += f" ({CRASH_HINT.format(worker=worker or 'its worker')})"
-        return {**row, "state": state.type.value.lower(), "error": error}
+        return BenchRow(job.run, state.type.value.lower(), error=error, **where)
     try:
-        result = fetch_result(state.data)
-        if isinstance(result, dict) and result.get("state") == "errored":  # no score: a row with its reason
-            return {**row, "state": "errored", "error": str(result.get("error"))[:500]}
-        check_result(result, job.expected)
+        stored = fetch_result(state.data)
+        if is_errored(stored):  # no score: a row with its reason
+            return BenchRow.errored(job.run, Errored.from_json(stored), **where)
+        result = check_result(stored, job.expected)
     except (BadResult, safefs.Rejected, OSError) as e:
-        return {**row, "state": "failed", "error": f"result rejected: {e}"[:500]}
-    where = result["location"]
-    return {
-        **row,
-        "state": "completed",
-        "submitted": result["submitted"]["test_score"],
-        "location": f"{where['host']}:{where['path']}",
-        "result": result,
-    }
+        return BenchRow(job.run, "failed", error=f"result rejected: {e}"[:500], **where)
+    location = stored["location"]  # checked: a host and a path, plain strings
+    return BenchRow.completed(job.run, result, location=f"{location['host']}:{location['path']}", **where)
 
 
 def _metadata(data: Any) -> dict:

@@ -37,9 +37,11 @@ from prefect.artifacts import create_markdown_artifact
 from flows.bench import bench_flow, check_bench
 from flows.dispatch import DEPLOYMENT, Job, run_deployments
 from flows.gpu import ensure_limits, gpu_slot
+from flows.rows import BenchRow
 from flows.signals import refuse, run_main
 from flows.watch import bench_tags
 from vtb import leaderboard, result_files, safefs, salt
+from vtb.bench_result import Errored
 from vtb.build import run_id as run_id_of
 from vtb.compose import check_command_line, compose_config, typed
 from vtb.config import CONF_DIR, BenchConfig
@@ -122,7 +124,7 @@ def bench_configs(cfg: SweepConfig) -> list[BenchConfig]:
     return [compose_config(o) for o in bench_overrides(cfg)]
 
 
-def _one(cfg: BenchConfig) -> dict:
+def _one(cfg: BenchConfig) -> BenchRow:
     """Run one bench subflow, named by task/agent/seed (its run id) and tagged like a single
     bench plus `sweep:<the sweep run's name>`; a failure becomes a row, not an exception."""
     from prefect.runtime import flow_run
@@ -131,20 +133,20 @@ def _one(cfg: BenchConfig) -> dict:
     try:
         check_bench(cfg)  # a misconfigured agent, GPU preset or data set fails here, before any work
     except ValueError as e:
-        return {"run": name, "state": "failed", "error": f"config: {e}"}
+        return BenchRow(name, "failed", error=f"config: {e}")
     with tags(*bench_tags(cfg), f"sweep:{flow_run.name}"):
         state = bench_flow.with_options(flow_run_name=name)(cfg, return_state=True)
     if state.is_completed():
         result = state.result()
-        if result.get("state") == "errored":  # no score: a failed row with its reason
-            return {"run": name, "state": "errored", "error": str(result.get("error"))[:500]}
-        return {"run": name, "state": "completed", "submitted": result["submitted"]["test_score"]}
+        if isinstance(result, Errored):  # no score: a row with its reason
+            return BenchRow.errored(name, result)
+        return BenchRow.completed(name, result)
     try:
         state.result()
         error = state.message
     except Exception as e:  # noqa: BLE001 (the bench's own error, kept for the summary)
         error = f"{type(e).__name__}: {e}"
-    return {"run": name, "state": state.type.value.lower(), "error": str(error)[:500]}
+    return BenchRow(name, state.type.value.lower(), error=str(error)[:500])
 
 
 def parallelism(max_parallel: int, gpus: Sequence[str] = ()) -> int:
@@ -165,10 +167,10 @@ def with_gpu(cfg: BenchConfig, gpu: str) -> BenchConfig:
 
 def run_benches(
     configs: Sequence[BenchConfig],
-    run_one: Callable[[BenchConfig], dict] = _one,
+    run_one: Callable[[BenchConfig], BenchRow] = _one,
     max_parallel: int = 1,
     gpus: Sequence[str] = (),
-) -> list[dict]:
+) -> list[BenchRow]:
     """`run_one` over `configs`, `parallelism(max_parallel, gpus)` at a time, outcomes in order.
 
     With `gpus` (GPU ids such as "0", or "0,1" for a bench with two GPUs) a bench holds the
@@ -180,11 +182,11 @@ def run_benches(
     if gpus:
         ensure_limits([str(g) for g in gpus])  # once, before the threads race to create them
 
-    def on_slot(cfg: BenchConfig) -> dict:
+    def on_slot(cfg: BenchConfig) -> BenchRow:
         if not gpus:
             return run_one(cfg)
         with gpu_slot([str(g) for g in gpus]) as gpu:
-            return {**run_one(with_gpu(cfg, gpu)), "gpu": gpu}
+            return replace(run_one(with_gpu(cfg, gpu)), gpu=gpu)
 
     pool, stopped = ThreadPoolExecutor(max_workers=workers), False
     try:
@@ -201,7 +203,7 @@ def run_benches(
         pool.shutdown(wait=not stopped, cancel_futures=stopped)
 
 
-def deployed_benches(cfg: SweepConfig) -> list[dict]:
+def deployed_benches(cfg: SweepConfig) -> list[BenchRow]:
     """Every bench as a flow run of the bench deployment (flows/dispatch.py); completed benches'
     checked results are copied to runs_dir/<run id>/ (result.json, item_rewards.json) for the
     leaderboard."""
@@ -226,9 +228,12 @@ def deployed_benches(cfg: SweepConfig) -> list[dict]:
     runs_dir = Path(cfg.runs_dir).resolve()
     runs_dir.mkdir(parents=True, exist_ok=True)
     for job in jobs:
-        result = job.outcome.pop("result", None)
+        result = job.outcome.result
         if result is not None:  # its run id is a checked plain name: one folder below runs_dir
-            for name, content in result_files.files_of(result).items():  # result.json, item_rewards.json
+            # the checked result as read (its typed fields), never the stored bytes as they came
+            for name, content in result_files.files_of(
+                result.to_json()
+            ).items():  # result.json, item_rewards.json
                 safefs.write_in(runs_dir, f"{job.run}/{name}", json.dumps(content, indent=2).encode())
     return [j.outcome for j in jobs]
 
@@ -246,18 +251,15 @@ def _sweep(cfg: SweepConfig) -> dict:
         print(f"[sweep] {len(configs)} benches in this process, {n} at a time{slots}", flush=True)
         outcomes = run_benches(configs, _one, cfg.max_parallel, cfg.gpus)
     for o in outcomes:
-        gpu = f" [gpu {o['gpu']}]" if "gpu" in o else ""
-        where = f" [{o['location']}]" if "location" in o else ""
-        error = f" ({o['error']})" if "error" in o else ""
-        print(f"[sweep] {o['run']}{gpu}{where}: {o['state']}{error}", flush=True)
+        print(f"[sweep] {o.line()}", flush=True)
     runs_dir = Path(cfg.runs_dir).resolve()
     table, agg = leaderboard.write(runs_dir, exclude_flagged=cfg.exclude_flagged)
     markdown = (runs_dir / "leaderboard.md").read_text()
-    failed = [o for o in outcomes if o["state"] != "completed"]
+    failed = [o for o in outcomes if o.result is None]
     if failed:
         markdown += (
             "\n## Failed and errored benches (no score)\n\n"
-            + "\n".join(f"- {md_text(o['run'])}: {md_text(o['error'], 500)}" for o in failed)
+            + "\n".join(f"- {md_text(o.run)}: {md_text(o.error or o.state, 500)}" for o in failed)
             + "\n"
         )
     create_markdown_artifact(
@@ -266,7 +268,11 @@ def _sweep(cfg: SweepConfig) -> dict:
         description="VibeTraining-Bench leaderboard",
     )
     print(markdown, flush=True)
-    return {"benches": outcomes, "leaderboard": str(runs_dir / "leaderboard.md"), "aggregate": agg}
+    return {
+        "benches": [o.to_json() for o in outcomes],
+        "leaderboard": str(runs_dir / "leaderboard.md"),
+        "aggregate": agg,
+    }
 
 
 @flow(name="vibetraining-sweep", validate_parameters=False)

@@ -248,6 +248,7 @@ def _zero(stage: int):
 
 def step_bench(c: Check) -> dict:
     from vtb.bench import Bench, plain_steps
+    from vtb.bench_result import Errored
     from vtb.compose import compose_config
 
     overrides = [
@@ -273,15 +274,17 @@ def step_bench(c: Check) -> dict:
     if not c.cpu:
         overrides.append(f'sandbox.gpus="{c.gpu}"')
     result = Bench(compose_config(overrides), plain_steps()).run()
-    record = Path(result["record"])
+    if isinstance(result, Errored):
+        raise AssertionError(f"the bench errored: {result.error} (record: {result.record})")
+    record = Path(result.record)
     ledger = [json.loads(line) for line in (record / "ledger.jsonl").read_text().splitlines()]
     gpu_s = sum(float(e["charge"].get("gpu_seconds", 0.0)) for e in ledger)
     figures = {
-        "initial_test": result["initial"]["test_score"],
-        "submitted_test": result["submitted"]["test_score"],
+        "initial_test": result.initial.test_score,
+        "submitted_test": result.submitted.score.test_score,
         "ledger_entries": len(ledger),
         "ledger_gpu_seconds": round(gpu_s, 2),
-        "budget": result["budget"],
+        "budget": result.budget.to_json(),
         "record": str(record),
     }
     if not c.cpu:

@@ -206,7 +206,7 @@ def greedy_run(tmp_path_factory, prefect_server):
     tmp = tmp_path_factory.mktemp("greedy")
     cfg = small_config(tmp, "greedy", 0, *GREEDY_EXTRA)
     start = time.monotonic()
-    result = run_bench(cfg)
+    result = run_bench(cfg).to_json()
     return cfg, result, time.monotonic() - start
 
 

@@ -62,7 +62,7 @@ def test_llm_agent_drives_a_bench_run(tmp_path, shared_bench_cache, prefect_serv
             "+agent.prices.testmodel={input: 3.0, output: 15.0}",
             f"cache_dir={shared_bench_cache}",
         )
-        result = run_bench(cfg)
+        result = run_bench(cfg).to_json()
     finally:
         server.stop()
     run_dir = Path(result["record"])
@@ -114,7 +114,7 @@ def test_cli_agent_network_goes_only_through_the_proxy(
     cfg.agent.allow_hosts = [f"127.0.0.1:{a_port}"]
     cfg.agent.env = ["VTB_CLI_KEY"]
     cfg.agent.mounts = [str(script.parent)]
-    result = run_bench(cfg)
+    result = run_bench(cfg).to_json()
     run_dir = Path(result["record"])
 
     assert result["iterations"] == 1  # the stand-in created .submit: research ends after its turn

@@ -136,7 +136,7 @@ def test_a_real_cli_drives_a_bench_run(
             "agent.max_iterations=1",
             f"cache_dir={shared}",
         )
-        result = run_bench(cfg)
+        result = run_bench(cfg).to_json()
     finally:
         server.stop()
     run_dir = Path(result["record"])

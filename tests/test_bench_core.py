@@ -139,7 +139,7 @@ def config(tmp_path: Path, iterations: int, *extra: str) -> BenchConfig:
 
 def run(cfg: BenchConfig, fake: FakeSteps) -> tuple[Bench, dict]:
     bench = Bench(cfg, fake.steps(), log=lambda msg: None)
-    return bench, bench.run()
+    return bench, bench.run().to_json()
 
 
 PLAN = [{"score": 0.4}, {"score": 0.4, "harness_only": True}, {"score": 0.2, "fail": True}, {"score": 0.3}]
@@ -172,7 +172,7 @@ def test_step_calls_are_named_and_budget_and_iterations_are_watched(tmp_path) ->
     bench = Bench(
         cfg, fake.steps(), log=lambda msg: None, watch=Watch(budgets.append, lambda h: lengths.append(len(h)))
     )
-    result = bench.run()
+    result = bench.run().to_json()
     # iteration 2 changed the harness only: its weights are iteration 1's, not trained again (a
     # step run twice would rewrite a checkpoint that a background play may be reading)
     research = ["turn-it1", "train-it1", "val-it1", "turn-it2", "train-it2", "val-it2"]

@@ -215,7 +215,7 @@ def test_same_config_again_is_served_from_cache(greedy_run):
 
     cfg, first, _ = greedy_run
     start = time.monotonic()
-    again = run_bench(cfg)
+    again = run_bench(cfg).to_json()
     took = time.monotonic() - start
     assert _headline(again) == _headline(first)
     timings = json.loads((Path(again["record"]) / "timings.json").read_text())
@@ -293,7 +293,7 @@ def test_a_bench_run_scores_the_same_on_both_backends(tmp_path, greedy_run) -> N
 
     sandbox_backend("docker")
     cfg = small_config(tmp_path / "docker", "greedy", 0, "sandbox=docker", "task.n_test=60")  # as greedy_run
-    bwrap, docker = greedy_run[1], run_bench(cfg)
+    bwrap, docker = greedy_run[1], run_bench(cfg).to_json()
     for row in ("initial", "submitted"):
         assert bwrap[row]["test_score"] == docker[row]["test_score"], (row, bwrap[row], docker[row])
         assert bwrap[row]["val_score"] == docker[row]["val_score"]

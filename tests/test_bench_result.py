@@ -75,3 +75,35 @@ def _cases():
 def test_what_the_sweeps_check_refuses_the_reader_refuses(path, value, reason) -> None:
     with pytest.raises(BadResult, match=re.escape(reason)):
         BenchResult.from_json(_with(path, value))
+
+
+def test_an_errored_runs_record_reads_typed_and_bounded() -> None:
+    """error.json, or a deployed bench's errored return from shared storage: every field bounded,
+    a seed that is no integer or a budget that does not check is dropped, never an error; a record
+    that says another state is no errored run's."""
+    from vtb.bench_result import Errored, is_errored, outcome_from_json
+
+    sound = {
+        "run_id": "math-greedy-s2-abc",
+        "state": "errored",
+        "error": "iteration 2: the research agent failed",
+        "task": "math",
+        "agent": "greedy",
+        "seed": 2,
+        "budget": {"used": 1e9, "limit": 1e12, "unit": "flops", "flops": 1e9},
+        "record": "/runs/math-greedy-s2-abc",
+    }
+    e = Errored.from_json(sound)
+    assert (e.seed, e.budget.used, e.error) == (2, 1e9, sound["error"])
+    assert Errored.from_json(e.to_json()) == e and is_errored(e.to_json())
+    assert isinstance(outcome_from_json(sound), Errored)
+    assert isinstance(outcome_from_json(GOOD), BenchResult)
+    hostile = Errored.from_json(
+        {**sound, "error": "x" * 10**6, "seed": "2; rm", "budget": {"unit": "coins"}, "task": ["math"]}
+    )
+    assert len(hostile.error) <= 4096 and hostile.seed is None and hostile.budget is None
+    assert hostile.task == "?"
+    with pytest.raises(BadResult, match="not 'errored'"):
+        Errored.from_json({**sound, "state": "completed"})
+    with pytest.raises(BadResult):
+        Errored.from_json(["errored"])

@@ -188,7 +188,7 @@ def test_a_tampered_or_malformed_result_in_storage_is_a_failed_row(cluster) -> N
 
     def row() -> dict:
         with cluster.settings():
-            return outcome_of(run, job, b["worker"])
+            return outcome_of(run, job, b["worker"]).to_json()
 
     result = json.loads(original)
     assert row()["state"] == "completed"
@@ -322,6 +322,7 @@ def test_two_gpus_four_benches_never_more_than_one_bench_per_gpu(cluster, monkey
     from prefect.client.orchestration import get_client
 
     from flows import gpu as gpu_mod
+    from flows.rows import BenchRow
     from flows.sweep import run_benches
 
     monkeypatch.setattr(gpu_mod, "POLL_SECONDS", 0.1)
@@ -331,7 +332,7 @@ def test_two_gpus_four_benches_never_more_than_one_bench_per_gpu(cluster, monkey
 
     seen: list[list[int]] = []
 
-    def fake_bench(cfg) -> dict:
+    def fake_bench(cfg) -> BenchRow:
         # Hold the GPU until the server has shown both slots taken (or 30 s): a fixed sleep let a
         # slow server on a loaded CI machine start the second bench after the first had ended.
         held.append((cfg.seed, cfg.sandbox.gpus))
@@ -339,7 +340,7 @@ def test_two_gpus_four_benches_never_more_than_one_bench_per_gpu(cluster, monkey
         while [1, 1] not in seen and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(0.2)
-        return {"run": str(cfg.seed), "state": "completed"}
+        return BenchRow(str(cfg.seed), "failed", error="a fake bench has no result")
 
     stop = threading.Event()
 
@@ -361,7 +362,7 @@ def test_two_gpus_four_benches_never_more_than_one_bench_per_gpu(cluster, monkey
         finally:
             stop.set()
             watcher.join()
-    assert len(outcomes) == 4 and {o["gpu"] for o in outcomes} == {"0", "1"}
+    assert len(outcomes) == 4 and {o.gpu for o in outcomes} == {"0", "1"}
     assert seen and max(max(s) for s in seen) == 1  # never two benches on one GPU
     assert [1, 1] in seen  # both GPUs busy at once: the slots were used, not just respected
     assert sorted(g for _, g in held).count("0") + sorted(g for _, g in held).count("1") == 4

@@ -90,6 +90,15 @@ def test_errored_runs_are_counted_beside_their_agent_and_listed_with_the_reason(
             {"run_id": "math-greedy-s2", "task": "math", "agent": "greedy", "seed": 2, "error": reason}
         )
     )
+    # error.json as a link (to another run's record) or far too large is read as no record
+    linked = tmp_path / "math-greedy-s3"
+    linked.mkdir()
+    (linked / "error.json").symlink_to(bad / "error.json")
+    huge = tmp_path / "math-greedy-s4"
+    huge.mkdir()
+    (huge / "error.json").write_text(
+        json.dumps({"task": "math", "agent": "greedy", "error": "x" * (2 << 20)})
+    )
     table, _ = write(tmp_path)
     [row] = table
     assert (row.seeds, row.errored) == (2, 1) and row.score == pytest.approx(0.5)  # not in the mean

@@ -78,7 +78,7 @@ def real_bench(request, tmp_path_factory, prefect_server):
     overrides = [*SMALL, f"task.source={source}", f"task.path={path}", *extra]
     cfg = compose_config([*overrides, f"runs_dir={tmp / 'runs'}", f"cache_dir={tmp / 'cache'}"])
     start = time.monotonic()
-    result = run_bench(cfg)
+    result = run_bench(cfg).to_json()
     return request.param, metric, cfg, result, time.monotonic() - start
 
 

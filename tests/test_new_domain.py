@@ -66,7 +66,7 @@ def test_a_new_domain_is_one_folder_and_one_config(tmp_path, new_domain) -> None
     assert template_digest(AgentConfig(), NAME) != template_digest(
         AgentConfig(), "no-such-task"
     )  # its prompt
-    result = Bench(cfg, plain_steps()).run()
+    result = Bench(cfg, plain_steps()).run().to_json()
     assert result["initial"]["test_score"] < 0.5  # the tiny model cannot reverse words ...
     assert (
         result["submitted"]["iteration"] == 1 and result["submitted"]["test_score"] == 1.0

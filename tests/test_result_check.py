@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from vtb.bench_result import BenchResult
 from vtb.codesign import CORNERS
 from vtb.result_check import MAX_RESULT_BYTES, BadResult, check_result, parse_record
 
@@ -58,7 +59,9 @@ def _with(path: str, value) -> dict:
 
 
 def test_a_sound_result_passes_and_both_stored_forms_parse() -> None:
-    assert check_result(GOOD, EXPECTED) == GOOD
+    typed = check_result(GOOD, EXPECTED)  # read typed: the copy a sweep keeps is its JSON
+    assert typed.submitted.score.test_score == GOOD["submitted"]["test_score"]
+    assert BenchResult.from_json(typed.to_json()) == typed  # the copy reads back as the same result
     bare = json.dumps(GOOD).encode()
     record = json.dumps({"metadata": {"serializer": {"type": "json"}}, "result": json.dumps(GOOD)}).encode()
     assert parse_record(bare, "json") == GOOD == parse_record(record, "json")
@@ -101,7 +104,7 @@ def _grid(**changes) -> dict:
 
 def test_the_co_design_grid_is_checked_like_the_scores() -> None:
     """The leaderboard pools a result's grid (analysis.grid): its corners and verdict are checked too."""
-    assert check_result(_with("analysis", {"grid": _grid(), "path": None}), EXPECTED)["analysis"]
+    assert check_result(_with("analysis", {"grid": _grid(), "path": None}), EXPECTED).analysis
     assert check_result(_with("analysis", {"grid": None}), EXPECTED)  # a run without the grid
     bad = [
         (_grid(verdict="<img src=x>"), "verdict"),
@@ -155,10 +158,10 @@ def test_a_bench_whose_process_exits_before_it_starts_says_where_the_cause_is() 
     job = Job(run="math-noop-s0-abc", overrides=[], expected={}, tags=[], tries=2)
     exited = "Process exited with status code: 1. Process exited with a general error."
     row = outcome_of(FlowRun(flow_id=uuid4(), state=Crashed(message=exited)), job, "docker-a")
-    assert row["state"] == "crashed" and row["error"].startswith(exited)
-    assert "the cause is in the output of worker docker-a on its machine" in row["error"]
+    assert row.state == "crashed" and row.error.startswith(exited) and row.result is None
+    assert "the cause is in the output of worker docker-a on its machine" in row.error
     failed = outcome_of(FlowRun(flow_id=uuid4(), state=Failed(message="RunError: x")), job, "docker-a")
-    assert failed["error"] == "RunError: x"  # the bench's own error says why already
+    assert failed.error == "RunError: x"  # the bench's own error says why already
 
 
 def test_dispatch_mode_follows_prefect_api_url(monkeypatch) -> None:

@@ -127,7 +127,7 @@ def test_a_shrunk_smollm2_bench_runs_whole(smol_dir, tmp_path, prefect_server, m
             f"cache_dir={tmp_path / 'cache'}",
         ]
     )
-    result = run_bench(cfg)
+    result = run_bench(cfg).to_json()
     scores = {name: result[name]["test_score"] for name in ("initial", "submitted")}
     assert all(0.0 <= s <= 1.0 for s in scores.values()), scores
     record = Path(result["record"])

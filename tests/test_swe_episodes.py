@@ -435,7 +435,7 @@ def test_a_shrunk_bench_on_card_and_current_records_grades_gold_partial_and_empt
     (harness / "config.json").write_text(json.dumps({"patches": patches}))
     monkeypatch.setattr(SweDomain, "harness_for", lambda self, task, system: harness)
     started = time.monotonic()
-    result = run_bench(compose_config(_bench_overrides(tmp_path, f"task.task_repo={TASK_REPO}")))
+    result = run_bench(compose_config(_bench_overrides(tmp_path, f"task.task_repo={TASK_REPO}"))).to_json()
     print(f"bench in {time.monotonic() - started:.1f} s: {json.dumps(result)[:2000]}")
     record = Path(result["record"])
     assert json.loads((record / "preflight.json").read_text())["checked"] == ["splits", "domain swe"]

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 
+from flows.rows import BenchRow
 from flows.sweep import SweepConfig, bench_configs, parallelism, run_benches, with_gpu
 from vtb.build import default_run_id
 
@@ -27,7 +28,7 @@ class FakeBench:
         self.max_running = 0
         self.clashes: list[str] = []
 
-    def __call__(self, cfg) -> dict:
+    def __call__(self, cfg) -> BenchRow:
         gpu, run = cfg.sandbox.gpus, cfg.run_id or default_run_id(cfg)
         with self.lock:
             if gpu in self.running.values():
@@ -43,7 +44,7 @@ class FakeBench:
             del self.running[run]
         if cfg.seed == 3:
             raise RuntimeError("bench crashed")
-        return {"run": run, "state": "completed"}
+        return BenchRow(run, "failed", error="a fake bench has no result")
 
 
 def configs_for(tmp, seeds=(0, 1, 2, 4, 5), agents=("noop", "greedy")) -> list:
@@ -94,8 +95,8 @@ def test_each_bench_holds_its_own_gpu_slot(configs, max_parallel, gpus, fast_slo
     assert fake.clashes == []
     assert fake.max_running == parallelism(max_parallel, gpus)  # the slots are used, never exceeded
     assert len(fake.seen) == len(configs) and all(gpu in gpus for _, gpu in fake.seen)
-    assert [o["run"] for o in outcomes] == [default_run_id(c) for c in configs]  # in order, ids pinned
-    assert all(o["gpu"] in gpus for o in outcomes)
+    assert [o.run for o in outcomes] == [default_run_id(c) for c in configs]  # in order, ids pinned
+    assert all(o.gpu in gpus and o.to_json()["gpu"] == o.gpu for o in outcomes)
     assert all(c.sandbox.gpus is None and c.run_id is None for c in configs)  # the inputs are untouched
 
 
@@ -111,7 +112,7 @@ def test_without_gpus_no_slot_is_assigned(configs) -> None:
     fake = FakeBench(seconds=0.01)
     outcomes = run_benches(configs[:3], fake, max_parallel=2)
     assert [gpu for _, gpu in fake.seen] == [None, None, None]
-    assert all("gpu" not in o for o in outcomes)
+    assert all(o.gpu is None and "gpu" not in o.to_json() for o in outcomes)
 
 
 def test_the_slot_is_the_hydra_override_sandbox_gpus(tmp_path) -> None:

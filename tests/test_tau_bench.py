@@ -41,7 +41,7 @@ def tau_run(tmp_path_factory, prefect_server):
     tmp = tmp_path_factory.mktemp("tau")
     overrides = [*TAU_SMALL, f"runs_dir={tmp / 'runs'}", f"cache_dir={tmp / 'cache'}"]
     cfg = compose_config(overrides)
-    return cfg, run_bench(cfg)
+    return cfg, run_bench(cfg).to_json()
 
 
 def test_tau_run_reports_pass_k_for_every_system(tau_run):

@@ -75,7 +75,7 @@ def _bench(tmp: Path, user_server: ChatServer, *overrides: str) -> dict:
             f"cache_dir={tmp / 'cache'}",
         ]
     )
-    return run_bench(cfg)
+    return run_bench(cfg).to_json()
 
 
 @pytest.fixture(scope="module")

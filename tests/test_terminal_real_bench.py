@@ -53,7 +53,7 @@ def bench(tmp: Path, path: Path, *extra: str, cache: Path | None = None) -> tupl
         [*TINY, f"task.path={path}", f"runs_dir={tmp / 'runs'}", f"cache_dir={cache}", *extra]
     )
     start = time.monotonic()
-    result = run_bench(cfg)
+    result = run_bench(cfg).to_json()
     return result, time.monotonic() - start
 
 

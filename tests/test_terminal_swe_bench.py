@@ -43,7 +43,7 @@ def _run(tmp: Path, task: str) -> tuple:
 
     overrides = [*TASKS[task], *SMALL, f"runs_dir={tmp / 'runs'}", f"cache_dir={tmp / 'cache'}"]
     cfg = compose_config(overrides)
-    return cfg, run_bench(cfg)
+    return cfg, run_bench(cfg).to_json()
 
 
 def _edited_parts(run_dir: Path) -> set[str]:

@@ -23,6 +23,7 @@ from typing import Any
 
 from vtb import analysis, contamination, noise, pipeline, progress, provenance, record, repro
 from vtb.agents import Feedback, best_of
+from vtb.bench_result import BenchResult, Errored
 from vtb.blind import null_model, secret_of
 from vtb.build import check_data, floor_of, flops_floor_calibration, reference_model_config
 from vtb.build import run_id as run_id_of
@@ -133,8 +134,8 @@ class Bench:
         self.watch = watch or Watch()
         self._log = log or (lambda msg: progress.say(f"[bench {time.monotonic() - self.t0:6.1f}s] {msg}"))
 
-    def run(self) -> dict:
-        """The whole bench; returns result.json's content.
+    def run(self) -> BenchResult | Errored:
+        """The whole bench: its result (result.json's figures), or why it errored (error.json).
 
         The reference and initial systems do not depend on the research, so on CPUs the
         reference trains, and both are graded, in background threads at a lower priority
@@ -630,7 +631,7 @@ class Bench:
             "model": hub_id,
         }
 
-    def finish(self) -> dict:
+    def finish(self) -> BenchResult:
         chosen = select(self.history)
         self._log(f"selected iteration {chosen.iteration} (val {chosen.val_score})")
         # Grading's plays are unbudgeted and independent: they run `grading_workers` at a time,
@@ -676,7 +677,7 @@ class Bench:
         result = self.rec.finish(self.cfg, outcome, self.ledger, self.store)
         self.rec.write_timings(time.monotonic() - self.t0, self.timings)
         progress.say(record.summary_table(result))
-        return result.to_json()
+        return result
 
 
 def _agent_use(turn: TurnOutcome | None) -> AgentUse:

@@ -343,3 +343,65 @@ class BenchResult:
 
 def _text_or_none(value: Any, limit: int = 4096) -> str | None:
     return value[:limit] if isinstance(value, str) else None
+
+
+@dataclass(frozen=True)
+class Errored:
+    """A run that could not do what it was asked (vtb/bench.py RunError): the reason and where
+    its record is, never a score. error.json holds `to_json()`; a bench returns this instead of a
+    BenchResult, and a sweep's row, the leaderboard's errored table and the command line's
+    message read it."""
+
+    run_id: str
+    error: str
+    task: str
+    agent: str
+    seed: int | None
+    budget: Budget | None  # what the run had spent when it stopped
+    record: str | None
+
+    state = "errored"  # what tells error.json (and a deployed bench's result) from result.json
+
+    def to_json(self) -> dict:
+        return {
+            "run_id": self.run_id,
+            "state": self.state,
+            "error": self.error,
+            "task": self.task,
+            "agent": self.agent,
+            "seed": self.seed,
+            "budget": self.budget.to_json() if self.budget else None,
+            "record": self.record,
+        }
+
+    @classmethod
+    def from_json(cls, value: Any) -> Errored:
+        """An errored run's record read back (from a worker's storage, or error.json): every field
+        a bounded string, the seed an integer or nothing, a budget that does not check is dropped."""
+        d = _object(value, "errored run")
+        if d.get("state", cls.state) != cls.state:  # error.json's name says so; a state must agree
+            raise BadResult("not an errored run's record (its state is not 'errored')")
+        try:
+            budget = Budget.from_json(d.get("budget"))
+        except BadResult:
+            budget = None
+        seed = d.get("seed")
+        return cls(
+            run_id=_text_or_none(d.get("run_id"), 200) or "?",
+            error=_text_or_none(d.get("error")) or "(no reason given)",
+            task=_text_or_none(d.get("task"), 200) or "?",
+            agent=_text_or_none(d.get("agent"), 200) or "?",
+            seed=seed if isinstance(seed, int) and not isinstance(seed, bool) and abs(seed) < 2**63 else None,
+            budget=budget,
+            record=_text_or_none(d.get("record")),
+        )
+
+
+def is_errored(value: Any) -> bool:
+    """Whether a bench's returned or stored JSON is an errored run's (see Errored), not a result."""
+    return isinstance(value, dict) and value.get("state") == Errored.state
+
+
+def outcome_from_json(value: Any) -> BenchResult | Errored:
+    """A bench's outcome as JSON (a deployed bench's persisted return) read back typed."""
+    return Errored.from_json(value) if is_errored(value) else BenchResult.from_json(value)

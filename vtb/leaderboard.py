@@ -33,14 +33,13 @@ from __future__ import annotations
 
 import csv
 import itertools
-import json
 import random
 import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from vtb import codesign, noise, result_files
-from vtb.bench_result import BadResult, BenchResult
+from vtb import codesign, noise, result_files, safefs
+from vtb.bench_result import BadResult, BenchResult, Errored
 from vtb.markdown import md_text
 
 BOOTSTRAP_SAMPLES = 10_000
@@ -216,17 +215,16 @@ def typed(results: list[dict] | list[RunResult]) -> list[RunResult]:
     return [r if isinstance(r, RunResult) else RunResult.from_json(r) for r in results]
 
 
-def read_errored(runs_dir: Path) -> list[dict]:
+def read_errored(runs_dir: Path) -> list[Errored]:
     """The errored runs' records (error.json: no score, vtb/bench.py RunError), for listing apart:
-    an agent's errored seeds are out of its mean, so they are counted beside it."""
+    an agent's errored seeds are out of its mean, so they are counted beside it. Read bounded, no
+    link followed; a record that does not read as an errored run's is left out."""
     out = []
     for p in sorted(Path(runs_dir).glob("*/error.json")):
         try:
-            e = json.loads(p.read_text()[: 1 << 20])
-        except (OSError, ValueError):
+            out.append(Errored.from_json(safefs.read_json(p, 1 << 20)))
+        except (OSError, BadResult):  # safefs.Rejected is an OSError
             continue
-        if isinstance(e, dict):
-            out.append({k: str(e.get(k, ""))[:500] for k in ("run_id", "task", "agent", "seed", "error")})
     return out
 
 
@@ -434,7 +432,7 @@ def write(
     errored = read_errored(runs_dir)
     table = rows(results, exclude_flagged)
     for r in table:
-        r.errored = sum(1 for e in errored if (e["task"], e["agent"]) == (r.task, r.agent))
+        r.errored = sum(1 for e in errored if (e.task, e.agent) == (r.task, r.agent))
     compared = pairs(results, exclude_flagged)
     grid = grid_rows(results, exclude_flagged)
     agg = aggregate(table)
@@ -482,7 +480,7 @@ def write(
             "| task | agent | seed | reason |",
             "|---|---|---:|---|",
             *(
-                f"| {_cell(e['task'])} | {_cell(e['agent'])} | {_cell(e['seed'])} | {_cell(e['error'])} |"
+                f"| {_cell(e.task)} | {_cell(e.agent)} | {_cell('-' if e.seed is None else str(e.seed))} | {_cell(e.error)} |"
                 for e in errored
             ),
         ]

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from vtb import plots, result_files, safefs, salt
-from vtb.bench_result import BenchResult, Budget, Score, Submitted
+from vtb.bench_result import BenchResult, Budget, Errored, Score, Submitted
 from vtb.config import BenchConfig
 from vtb.hashing import code_version
 from vtb.ledger import Ledger
@@ -126,21 +126,20 @@ class RunRecord:
             for request in egress:
                 f.write(json.dumps({"iteration": entry["iteration"], **request}) + "\n")
 
-    def errored(self, cfg: BenchConfig, run_id: str, reason: str, ledger: Ledger) -> dict:
+    def errored(self, cfg: BenchConfig, run_id: str, reason: str, ledger: Ledger) -> Errored:
         """An errored run's record: error.json (never a result.json, so no leaderboard or sweep
         reads a score from it) and a report.md that says why. Returns what the bench returns."""
         (self.dir / "result.json").unlink(missing_ok=True)  # a stale one from an earlier try
-        out = {
-            "run_id": run_id,
-            "state": "errored",
-            "error": reason,
-            "task": cfg.task.name,
-            "agent": cfg.agent.name,
-            "seed": cfg.seed,
-            "budget": ledger.summary(),
-            "record": str(self.dir),
-        }
-        _dump(self.dir / "error.json", out)
+        out = Errored(
+            run_id=run_id,
+            error=reason,
+            task=cfg.task.name,
+            agent=cfg.agent.name,
+            seed=cfg.seed,
+            budget=Budget.from_json(ledger.summary()),
+            record=str(self.dir),
+        )
+        _dump(self.dir / "error.json", out.to_json())
         (self.dir / "report.md").write_text(
             f"# {md_text(run_id)}: errored\n\nThe run could not do what it was asked, so it has no "
             f"score:\n\n{md_text(reason, 2000)}\n\nWhat it did is in iterations/ and ledger.jsonl; its steps are "

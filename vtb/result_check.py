@@ -57,14 +57,15 @@ def _loads(data: bytes, what: str) -> Any:
         raise BadResult(f"{what} is not valid JSON ({type(e).__name__})") from None
 
 
-def check_result(result: Any, expected: dict[str, Any] | None = None) -> dict:
-    """`result` if every figure the leaderboard reads is sound, else BadResult with the reason.
+def check_result(result: Any, expected: dict[str, Any] | None = None) -> BenchResult:
+    """`result` read typed if every figure the leaderboard reads is sound, else BadResult with
+    the reason; its `location` (where the run record stays) must be a host and a path.
 
     `expected` ({"run_id": ..., "task": ..., "agent": ..., "seed": ...}) is what the sweep
     dispatched: a result of another run (a swapped or replayed record) is refused too.
     """
     r = _dict(result, "result")
-    BenchResult.from_json(r)  # every figure a leaderboard reads, checked where it is typed
+    typed = BenchResult.from_json(r)  # every figure a leaderboard reads, checked where it is typed
     where = _dict(r.get("location"), "location")
     _text(where.get("host"), "location.host", 255)
     _text(where.get("path"), "location.path")
@@ -78,4 +79,4 @@ def check_result(result: Any, expected: dict[str, Any] | None = None) -> dict:
             )
         if r.get(key) != want:
             raise BadResult(f"{key} is {str(r.get(key))[:80]!r}, the sweep dispatched {str(want)[:80]!r}")
-    return r
+    return typed
