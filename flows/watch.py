@@ -68,21 +68,20 @@ def send_progress_to_prefect() -> None:
         progress.LOGGER.addHandler(_RunLog())
 
 
-def iteration_rows(history: list[Candidate] | list[dict]) -> list[dict]:
+def iteration_rows(history: list[Candidate]) -> list[dict]:
     """The iterations table: numbers formatted, agent text as one inert line (`cell_text`), an
     empty cell as `none`."""
     rows = []
     for h in history:
-        h = h if isinstance(h, dict) else h.to_json()
-        val = h["val_score"]
+        edits = record.edits_text(h.edits)
         rows.append(
             {
-                "iteration": h["iteration"],
-                "val_score": "failed" if val is None else f"{val:.3f}",
-                "edits": cell_text(edits if (edits := record.edits_text(h["edits"])) != "-" else "none"),
-                "budget_used": record.amount(h["budget_after"]["used"], h["budget_after"].get("unit", "")),
-                "agent_tokens": (h.get("agent") or {}).get("tokens", 0),
-                "notes": cell_text(h["notes"], 500),
+                "iteration": h.iteration,
+                "val_score": "failed" if h.val_score is None else f"{h.val_score:.3f}",
+                "edits": cell_text(edits if edits != "-" else "none"),
+                "budget_used": record.amount(h.budget_after["used"], h.budget_after.get("unit", "")),
+                "agent_tokens": h.agent.tokens,
+                "notes": cell_text(h.notes, 500),
             }
         )
     return rows

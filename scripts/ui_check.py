@@ -107,9 +107,12 @@ async def _hostile_table() -> str:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import ArtifactCreate
 
+    from vtb.results import AgentUse, Candidate
+
     history = [
-        {"iteration": i, "val_score": 0.5, "notes": note, "edits": {"harness": [note[:20] + ".py"]},
-         "budget_after": {"used": 1e9, "unit": "flops"}, "agent": {"tokens": 1}}
+        Candidate(iteration=i, snapshot=f"s{i}", parts={}, edits={"harness": [note[:20] + ".py"]},
+                  notes=note, agent=AgentUse(tokens=1), train=None, train_key=None, checkpoint=None,
+                  val_score=0.5, val=None, charge={}, budget_after={"used": 1e9, "unit": "flops"})
         for i, note in enumerate(HOSTILE)
     ]  # fmt: skip
     async with get_client() as client:

@@ -22,7 +22,17 @@ FULL = {
     "source": "embedded",
     "metric": "strict",
     "test_split": {"kind": "public", "salt_sha256": "a" * 64},
-    "reproducibility": {"id": "3daba762f437", "mode": "reproducible"},
+    "reproducibility": {
+        "mode": "reproducible",
+        "pins": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+        "probe": "9d5b038da944aa",
+        "cpu_capability": "AVX2",
+        "threads": 1,
+        "torch": "2.9.1+cpu",
+        "server_threads": 1,
+        "transformers": "4.57.1",
+        "id": "9d5b038da944",
+    },
     "agent": "noop",
     "model": "tiny",
     "seed": 0,
@@ -43,7 +53,39 @@ FULL = {
     "budget": GOOD["budget"],
     "iterations": 3,
     "gains_by_part": {"data": 0.01, "harness": 0.1},
-    "contamination": {"flagged": False},
+    "contamination": {
+        "flagged": True,
+        "reasons": ["test: 12 of 200 items copied"],
+        "splits": {
+            "test": {
+                "items": 200,
+                "decidable": 198,
+                "hit_items": 12,
+                "hit_fraction": 0.0606,
+                "hit_examples": ["test-0003"],
+                "canary_checked": True,
+                "canary_found": False,
+                "hidden": True,
+                "flagged": True,
+                "files": [
+                    {
+                        "path": "data/train.jsonl",
+                        "ngrams": 40,
+                        "items": 12,
+                        "canary": False,
+                        "examples": [{"item": "test-0003", "text": "(private/contamination.json)"}],
+                    }
+                ],
+            }
+        },
+        "scanned": {
+            "files": 3,
+            "bytes": 1024,
+            "skipped": [{"path": "data/link", "kind": "symlink"}],
+            "truncated": [],
+        },
+        "thresholds": {"ngram": 13, "short_ngram": 8, "item_coverage": 0.5, "flag_fraction": 0.02},
+    },
     "grading_determinism": None,
     "analysis": {
         "grid": {
@@ -60,7 +102,9 @@ FULL = {
 def test_a_whole_result_reads_into_types_and_writes_back_key_for_key() -> None:
     typed = BenchResult.from_json(json.loads(json.dumps(FULL)))
     assert typed.submitted.score.extra == {"pass^2": 0.5} and typed.budget.agent_tokens == 0
-    assert not typed.flagged and typed.reference.test_score == 0.6
+    assert typed.flagged and typed.reference.test_score == 0.6  # by the scan
+    assert typed.contamination.splits["test"].files[0].examples[0].item == "test-0003"
+    assert typed.reproducibility.server_threads == 1 and typed.test_split.kind == "public"
     assert json.dumps(typed.to_json()) == json.dumps(FULL)
 
 
@@ -107,3 +151,44 @@ def test_an_errored_runs_record_reads_typed_and_bounded() -> None:
         Errored.from_json({**sound, "state": "completed"})
     with pytest.raises(BadResult):
         Errored.from_json(["errored"])
+
+
+def test_nested_parts_from_storage_read_leniently_where_nothing_ranks_by_them() -> None:
+    """A result from shared storage with junk in the scan's and the fingerprint's report figures
+    still reads (zeros, empty lists, bounded strings) and its report lines render; what a
+    leaderboard flags or ranks by (contamination.flagged, the test split) is refused instead."""
+    from vtb.record import contamination_line, contamination_lines, fingerprint_line
+
+    junk = {
+        **FULL,
+        "reproducibility": {"id": ["x"], "threads": "2", "pins": {"A": {"b": 1}}, "server_threads": -1},
+        "contamination": {
+            "flagged": False,
+            "reasons": "not a list",
+            "splits": {
+                "test": {"hit_items": "12", "files": [{"path": 7, "examples": ["x"]}, "junk"]},
+                "x": 3,
+            },
+            "scanned": {
+                "skipped": ["old/string/form", {"path": "a", "kind": None}, 5],
+                "truncated": [1, "b"],
+            },
+            "thresholds": {"ngram": "13", "flag_fraction": float("nan")},
+        },
+    }
+    typed = BenchResult.from_json(junk)
+    test = typed.contamination.splits["test"]
+    assert (test.hit_items, test.files[0].path, test.files[0].examples) == (0, "", [])
+    assert [s.path for s in typed.contamination.skipped] == ["old/string/form", "a"]
+    assert typed.contamination.truncated == ["b"] and typed.contamination.thresholds == {}
+    assert typed.reproducibility.threads == 0 and typed.reproducibility.server_threads == 0
+    assert "not flagged" in contamination_line(typed.contamination)
+    assert any("old/string/form" in line for line in contamination_lines(typed.contamination))
+    assert fingerprint_line(typed.reproducibility).startswith(" (native CPU code paths")
+    for bad, why in (
+        ({**FULL, "contamination": {**FULL["contamination"], "flagged": "no"}}, "contamination.flagged"),
+        ({**FULL, "test_split": {"kind": "secret", "salt_sha256": "a" * 64}}, "test_split.kind"),
+        ({**FULL, "contamination": ["flagged"]}, "contamination is list"),
+    ):
+        with pytest.raises(BadResult, match=why):
+            BenchResult.from_json(bad)

@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
         "vtb.markdown",
         "vtb.registry",
         "vtb.result_files",
+        "vtb.result_parts",
     ),
     (
         "vtb.hashing",

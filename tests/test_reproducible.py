@@ -23,6 +23,7 @@ from conftest import BACKENDS
 
 from vtb import record, repro
 from vtb.config import SandboxConfig
+from vtb.result_parts import Fingerprint
 from vtb.sandbox import make_sandbox, runtime_mounts
 from vtb.sandbox.base import Limits, Mount
 
@@ -85,10 +86,14 @@ def test_the_fingerprint_names_the_pins_and_a_probe_of_this_machine(backend) -> 
     assert native["mode"] == "native" and native["id"] != fp["id"]
     if backend == "docker":  # the host's runtime mounted, the same CPU: the same fingerprint as bwrap
         assert fp["id"] == repro.fingerprint(SandboxConfig(backend="bwrap"))["id"]
-    assert record.fingerprint_line(fp).startswith(fp["id"])
-    assert fp["server_threads"] == 1 and "1 thread (1 per model server)" in record.fingerprint_line(fp)
+    assert record.fingerprint_line(Fingerprint.from_json(fp)).startswith(fp["id"])
+    assert fp["server_threads"] == 1 and "1 thread (1 per model server)" in record.fingerprint_line(
+        Fingerprint.from_json(fp)
+    )
     two = repro.fingerprint(SandboxConfig(backend=backend, threads=2))  # two threads: other bits
-    assert two["threads"] == 2 and "2 threads (1 per model server)" in record.fingerprint_line(two)
+    assert two["threads"] == 2 and "2 threads (1 per model server)" in record.fingerprint_line(
+        Fingerprint.from_json(two)
+    )
     assert two["id"] != fp["id"] and two["probe"] != fp["probe"]
     both = repro.fingerprint(
         SandboxConfig(backend=backend, threads=2, server_threads=None)

@@ -30,6 +30,7 @@ from vtb.build import run_id as run_id_of
 from vtb.config import BenchConfig, ModelConfig
 from vtb.domains.registry import get_domain, hooks
 from vtb.ledger import Ledger, StepLimits, check_budget
+from vtb.result_parts import Fingerprint
 from vtb.results import (
     AgentUse,
     Candidate,
@@ -206,7 +207,9 @@ class Bench:
         self.own_systems = {self.initial, *([reference] if reference else [])}
         self.model = self._provision_model(cfg.model, "provision-model")
         self.base_dir = Path(self.model.base_dir)
-        self.reproducibility = dict(probe.result())  # before the calibration, which must run alone
+        self.reproducibility = Fingerprint.from_json(
+            probe.result()
+        )  # before the calibration, which must run alone
         self._log(f"reproducibility fingerprint {record.fingerprint_line(self.reproducibility)}")
         self._log(f"data {self.data.counts}, base model {self.model.n_params} params")
         self._log(

@@ -11,12 +11,21 @@ hands every record over, so one reader serves all.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from vtb import codesign
+from vtb.result_parts import (
+    BadResult,
+    ContaminationScan,
+    Fingerprint,
+    TestSplit,
+    an_object,
+    number,
+    score,
+    text_or_none,
+)
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")  # run ids become folder names
 UNITS = ("flops", "cpu_seconds", "gpu_seconds")
@@ -33,31 +42,8 @@ BUDGET_KEYS = (
 )
 
 
-class BadResult(ValueError):
-    """A result that may not reach a leaderboard; the message names the field and why."""
-
-
-def number(value: Any, where: str, low: float = 0.0, high: float = math.inf) -> float:
-    """The one check of a figure read back: a real number, finite, in [low, high]."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise BadResult(f"{where} is {type(value).__name__}, not a number")
-    if not math.isfinite(value) or not low <= value <= high:
-        raise BadResult(f"{where} = {value!r} is not a finite number in [{low}, {high}]")
-    return float(value)
-
-
-def score(value: Any, where: str) -> float:
-    return number(value, where, 0.0, 1.0)
-
-
 def _optional(value: Any, check, where: str):
     return None if value is None else check(value, where)
-
-
-def _object(value: Any, where: str) -> dict:
-    if not isinstance(value, dict):
-        raise BadResult(f"{where} is {type(value).__name__}, not an object")
-    return value
 
 
 def _name(value: Any, where: str) -> str:
@@ -73,7 +59,7 @@ def _flag(value: Any, where: str) -> bool | None:
 
 
 def rewards(value: Any, where: str) -> dict[str, float]:
-    items = _object(value, where)
+    items = an_object(value, where)
     if len(items) > MAX_ITEMS:
         raise BadResult(f"{where}: {len(items)} items, over {MAX_ITEMS}")
     out = {}
@@ -97,7 +83,7 @@ class Score:
 
     @classmethod
     def from_json(cls, value: Any, where: str) -> Score:
-        d = _object(value, where)
+        d = an_object(value, where)
         extra: dict[str, float] = {}
         for key, v in d.items():
             if key.startswith(("pass^", "pass@")) and v is not None:
@@ -138,7 +124,7 @@ class Submitted:
 
     @classmethod
     def from_json(cls, value: Any) -> Submitted:
-        d = _object(value, "submitted")
+        d = an_object(value, "submitted")
         it = d.get("iteration")
         if not isinstance(it, int) or isinstance(it, bool) or it < 0:
             raise BadResult("submitted.iteration is not a non-negative integer")
@@ -176,7 +162,7 @@ class Budget:
 
     @classmethod
     def from_json(cls, value: Any) -> Budget:
-        d = _object(value, "budget")
+        d = an_object(value, "budget")
         if d.get("unit") not in UNITS:
             raise BadResult(f"budget.unit {str(d.get('unit'))[:40]!r} is not one of {UNITS}")
         figures = {
@@ -194,13 +180,13 @@ class Budget:
 
 def check_grid(value: Any, where: str = "analysis.grid") -> dict:
     """The co-design grid a leaderboard reads: the 8 corners, each once, scored; a known verdict."""
-    grid = _object(value, where)
+    grid = an_object(value, where)
     corners = grid.get("corners")
     if not isinstance(corners, list) or len(corners) != len(codesign.CORNERS):
         raise BadResult(f"{where}.corners is not a list of {len(codesign.CORNERS)} corners")
     seen = []
     for i, corner in enumerate(corners):
-        entry = _object(corner, f"{where}.corners[{i}]")
+        entry = an_object(corner, f"{where}.corners[{i}]")
         seen.append(entry.get("corner"))
         score(entry.get("test_score"), f"{where}.corners[{i}].test_score")
         _optional(entry.get("item_rewards"), rewards, f"{where}.corners[{i}].item_rewards")
@@ -210,21 +196,8 @@ def check_grid(value: Any, where: str = "analysis.grid") -> dict:
         raise BadResult(
             f"{where}.verdict {str(grid.get('verdict'))[:40]!r} is not one of {codesign.VERDICTS}"
         )
-    _optional(grid.get("effects"), _object, f"{where}.effects")
+    _optional(grid.get("effects"), an_object, f"{where}.effects")
     return grid
-
-
-def _split(value: Any) -> dict | None:
-    if value is None:
-        return None
-    split = _object(value, "test_split")
-    if split.get("kind") not in ("public", "hidden"):
-        raise BadResult("test_split.kind is not public or hidden")
-    if not (
-        isinstance(split.get("salt_sha256"), str) and re.fullmatch(r"[0-9a-f]{64}", split["salt_sha256"])
-    ):
-        raise BadResult("test_split.salt_sha256 is not a sha256 hex digest")
-    return split
 
 
 @dataclass(frozen=True)
@@ -237,8 +210,8 @@ class BenchResult:
     task: str
     source: str | None
     metric: str | None
-    test_split: dict | None  # {"kind": public | hidden, "salt_sha256"}
-    reproducibility: dict | None  # vtb/repro.py's fingerprint
+    test_split: TestSplit | None
+    reproducibility: Fingerprint | None  # vtb/repro.py's fingerprint
     agent: str
     model: str
     seed: int
@@ -249,7 +222,7 @@ class BenchResult:
     budget: Budget
     iterations: int | None
     gains_by_part: dict[str, float]
-    contamination: dict | None
+    contamination: ContaminationScan | None
     grading_determinism: dict | None
     analysis: dict | None  # with its grid checked (check_grid)
     item_rewards_file: str | None
@@ -258,7 +231,7 @@ class BenchResult:
     @property
     def flagged(self) -> bool:
         """By the contamination scan, the null-model check, the grading cap or the audit."""
-        return bool((self.contamination or {}).get("flagged")) or self.submitted.flagged
+        return bool(self.contamination and self.contamination.flagged) or self.submitted.flagged
 
     def to_json(self) -> dict:
         """result.json's object (rewards joined, as the bench returns it; result_files.strip
@@ -272,8 +245,8 @@ class BenchResult:
             "task": self.task,
             "source": self.source,
             "metric": self.metric,
-            "test_split": self.test_split,
-            "reproducibility": self.reproducibility,
+            "test_split": self.test_split.to_json() if self.test_split else None,
+            "reproducibility": self.reproducibility.to_json() if self.reproducibility else None,
             "agent": self.agent,
             "model": self.model,
             "seed": self.seed,
@@ -287,7 +260,7 @@ class BenchResult:
             "budget": self.budget.to_json(),
             "iterations": self.iterations,
             "gains_by_part": self.gains_by_part,
-            "contamination": self.contamination,
+            "contamination": self.contamination.to_json() if self.contamination else None,
             "grading_determinism": self.grading_determinism,
             "analysis": self.analysis,
             "item_rewards_file": self.item_rewards_file,
@@ -296,30 +269,27 @@ class BenchResult:
 
     @classmethod
     def from_json(cls, value: Any) -> BenchResult:
-        r = _object(value, "result")
+        r = an_object(value, "result")
         seed = r.get("seed")
         if isinstance(seed, bool) or not isinstance(seed, int) or abs(seed) >= 2**63:
             raise BadResult(f"seed {str(seed)[:40]!r} is not an integer")
-        scan = r.get("contamination")
-        if scan is not None and _object(scan, "contamination").get("flagged") not in (None, True, False):
-            raise BadResult("contamination.flagged is not a boolean")
         analysis = r.get("analysis")
         if analysis is not None:
-            _optional(_object(analysis, "analysis").get("grid"), check_grid, "analysis.grid")
-        initial = _object(r.get("initial"), "initial")
+            _optional(an_object(analysis, "analysis").get("grid"), check_grid, "analysis.grid")
+        initial = an_object(r.get("initial"), "initial")
         gains = r.get("gains_by_part") or {}
         version = r.get("schema_version", 1)
         return cls(
             schema_version=version if isinstance(version, int) and not isinstance(version, bool) else 1,
             run_id=_name(r.get("run_id"), "run_id"),
             git=r.get("git") if isinstance(r.get("git"), dict) else None,
-            started_at=_text_or_none(r.get("started_at")),
-            ended_at=_text_or_none(r.get("ended_at")),
+            started_at=text_or_none(r.get("started_at")),
+            ended_at=text_or_none(r.get("ended_at")),
             task=_name(r.get("task"), "task"),
-            source=_text_or_none(r.get("source")),
-            metric=_text_or_none(r.get("metric")),
-            test_split=_split(r.get("test_split")),
-            reproducibility=r.get("reproducibility") if isinstance(r.get("reproducibility"), dict) else None,
+            source=text_or_none(r.get("source")),
+            metric=text_or_none(r.get("metric")),
+            test_split=_optional(r.get("test_split"), lambda v, _: TestSplit.from_json(v), "test_split"),
+            reproducibility=Fingerprint.from_json(r.get("reproducibility")),
             agent=_name(r.get("agent"), "agent"),
             model=_name(r.get("model"), "model"),
             seed=seed,
@@ -331,18 +301,14 @@ class BenchResult:
             iterations=r.get("iterations") if isinstance(r.get("iterations"), int) else None,
             gains_by_part={
                 str(k): number(v, f"gains_by_part.{k}", -1.0, 1.0)
-                for k, v in _object(gains, "gains_by_part").items()
+                for k, v in an_object(gains, "gains_by_part").items()
             },
-            contamination=scan,
+            contamination=ContaminationScan.from_json(r.get("contamination")),
             grading_determinism=r.get("grading_determinism"),
             analysis=analysis,
-            item_rewards_file=_text_or_none(r.get("item_rewards_file")),
-            record=_text_or_none(r.get("record")),
+            item_rewards_file=text_or_none(r.get("item_rewards_file")),
+            record=text_or_none(r.get("record")),
         )
-
-
-def _text_or_none(value: Any, limit: int = 4096) -> str | None:
-    return value[:limit] if isinstance(value, str) else None
 
 
 @dataclass(frozen=True)
@@ -378,7 +344,7 @@ class Errored:
     def from_json(cls, value: Any) -> Errored:
         """An errored run's record read back (from a worker's storage, or error.json): every field
         a bounded string, the seed an integer or nothing, a budget that does not check is dropped."""
-        d = _object(value, "errored run")
+        d = an_object(value, "errored run")
         if d.get("state", cls.state) != cls.state:  # error.json's name says so; a state must agree
             raise BadResult("not an errored run's record (its state is not 'errored')")
         try:
@@ -387,13 +353,13 @@ class Errored:
             budget = None
         seed = d.get("seed")
         return cls(
-            run_id=_text_or_none(d.get("run_id"), 200) or "?",
-            error=_text_or_none(d.get("error")) or "(no reason given)",
-            task=_text_or_none(d.get("task"), 200) or "?",
-            agent=_text_or_none(d.get("agent"), 200) or "?",
+            run_id=text_or_none(d.get("run_id"), 200) or "?",
+            error=text_or_none(d.get("error")) or "(no reason given)",
+            task=text_or_none(d.get("task"), 200) or "?",
+            agent=text_or_none(d.get("agent"), 200) or "?",
             seed=seed if isinstance(seed, int) and not isinstance(seed, bool) and abs(seed) < 2**63 else None,
             budget=budget,
-            record=_text_or_none(d.get("record")),
+            record=text_or_none(d.get("record")),
         )
 
 

@@ -41,6 +41,7 @@ from pathlib import Path
 from vtb import codesign, noise, result_files, safefs
 from vtb.bench_result import BadResult, BenchResult, Errored
 from vtb.markdown import md_text
+from vtb.result_parts import Fingerprint
 
 BOOTSTRAP_SAMPLES = 10_000
 BOOTSTRAP_SEED = 0  # fixed: the same runs give the same CIs
@@ -119,7 +120,6 @@ class RunResult:
 
     @classmethod
     def of(cls, r: BenchResult) -> RunResult:
-        split = r.test_split or {}
         return cls(
             run_id=r.run_id,
             task=r.task,
@@ -131,20 +131,20 @@ class RunResult:
             budget_used=r.budget.used,
             budget_unit=r.budget.unit,
             flagged=r.flagged,
-            split=(split.get("kind", ""), split.get("salt_sha256", "")),
+            split=(r.test_split.kind, r.test_split.salt_sha256) if r.test_split else ("", ""),
             fingerprint=_fingerprint(r.reproducibility),
             item_rewards=r.submitted.item_rewards or None,  # none graded: compared over seeds only
             grid=_grid((r.analysis or {}).get("grid")),
         )
 
 
-def _fingerprint(fp: dict | None) -> str:
+def _fingerprint(fp: Fingerprint | None) -> str:
     """The run's reproducibility fingerprint id (vtb/repro.py), prefixed with its mode ("native",
     "gpu") where its kernels were not pinned; "" for a record from before it was kept."""
     if not fp:
         return ""
-    mode, fid = str(fp.get("mode", ""))[:20], str(fp.get("id", ""))[:20]
-    return fid if mode == "reproducible" else f"{mode or 'native'} {fid}"
+    fid = fp.id[:20]
+    return fid if fp.mode == "reproducible" else f"{fp.mode or 'native'} {fid}"
 
 
 def _grid(grid: dict | None) -> Grid | None:

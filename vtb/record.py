@@ -26,6 +26,7 @@ from vtb.config import BenchConfig
 from vtb.hashing import code_version
 from vtb.ledger import Ledger
 from vtb.markdown import md_text
+from vtb.result_parts import ContaminationScan, Fingerprint, TestSplit
 from vtb.results import Candidate, Grade, RunOutcome
 
 
@@ -104,11 +105,11 @@ class RunRecord:
             self.write_artifact(f"{PRIVATE}/README.md", PRIVATE_README)
         self.write_artifact(f"{PRIVATE}/{relpath}", content)
 
-    def _scan(self, scan: dict | None) -> dict | None:
+    def _scan(self, scan: dict | None) -> ContaminationScan | None:
         """The contamination scan as published: a hidden split's matched n-gram texts (fragments of
         test items) only in private/contamination.json, by item id in the rest of the record."""
         if not scan:
-            return scan
+            return None
         self.write_private("contamination.json", scan)
         public = json.loads(json.dumps(scan))
         for split in (public.get("splits") or {}).values():
@@ -116,7 +117,7 @@ class RunRecord:
                 for f in split.get("files", []):
                     for ex in f.get("examples", []):
                         ex["text"] = "(private/contamination.json)"
-        return public
+        return ContaminationScan.from_json(public)
 
     def write_iteration(self, entry: dict, trajectory: list[dict], egress: list[dict] = ()) -> None:
         _dump(self.dir / "iterations" / f"{entry['iteration']:02d}.json", entry)
@@ -228,11 +229,9 @@ class RunRecord:
             metric=cfg.task.metric,  # the reward actually used (math resolves the source's own)
             # public: the published default salt, so anyone can rebuild this test split (and its
             # answers); hidden: a salt no published code holds. Never ranked together.
-            test_split={
-                "kind": salt.split_kind(run.data.test_salt_sha256),
-                "salt_sha256": run.data.test_salt_sha256,
-            },
-            reproducibility=run.reproducibility,  # which runs' figures this one's can match bit for bit
+            test_split=TestSplit(salt.split_kind(run.data.test_salt_sha256), run.data.test_salt_sha256),
+            # which runs' figures this one's can match bit for bit
+            reproducibility=run.reproducibility,
             agent=cfg.agent.name,
             model=cfg.model.name,
             seed=cfg.seed,
@@ -344,54 +343,54 @@ def attribute_gains(history: list[Candidate], chosen: Candidate) -> dict[str, fl
     return {k: round(v, 4) for k, v in gains.items()}
 
 
-def contamination_line(scan: dict | None) -> str:
+def contamination_line(scan: ContaminationScan | None) -> str:
     """The scan in one line of the summary table: flagged or not, items hit per split, canaries."""
     if not scan:
         return "not run"
     splits = ", ".join(
-        f"{name} {v['hit_items']}/{v['decidable']}" + (" canary" if v["canary_found"] else "")
-        for name, v in scan["splits"].items()
+        f"{name} {v.hit_items}/{v.decidable}" + (" canary" if v.canary_found else "")
+        for name, v in scan.splits.items()
     )
-    head = "FLAGGED" if scan["flagged"] else "not flagged"
+    head = "FLAGGED" if scan.flagged else "not flagged"
     return f"{head} (items copied: {splits or 'no split'})"
 
 
-def contamination_lines(scan: dict | None) -> list[str]:
+def contamination_lines(scan: ContaminationScan | None) -> list[str]:
     """report.md's section on the scan: verdict, per split, per file with examples (all inert text)."""
     if not scan:
         return []
-    t = scan["thresholds"]
-    verdict = "**FLAGGED**: " + "; ".join(map(md_text, scan["reasons"])) if scan["flagged"] else "not flagged"
+    t = scan.thresholds
+    verdict = "**FLAGGED**: " + "; ".join(map(md_text, scan.reasons)) if scan.flagged else "not flagged"
     lines = [
         "",
         "## Contamination scan",
         "",
-        f"Submission {verdict} (scored as graded, and marked). {t['ngram']}-grams ({t['short_ngram']}-grams for "
-        f"short fields) of normalised text, public n-grams left out; an item is copied at {t['item_coverage']:.0%} "
-        f"of a field's n-grams; a split is flagged at {t['flag_min_items']} items and {t['flag_fraction']:.0%}, "
-        f"or on its canary. Scanned {scan['scanned']['files']} files, {scan['scanned']['bytes']} bytes.",
+        f"Submission {verdict} (scored as graded, and marked). {t.get('ngram')}-grams ({t.get('short_ngram')}-grams "
+        f"for short fields) of normalised text, public n-grams left out; an item is copied at "
+        f"{t.get('item_coverage', 0):.0%} of a field's n-grams; a split is flagged at {t.get('flag_min_items')} "
+        f"items and {t.get('flag_fraction', 0):.0%}, or on its canary. Scanned {scan.files} files, {scan.bytes} bytes.",
         "",
     ]
-    for name, v in scan["splits"].items():
-        where = "hidden" if v["hidden"] else "public (reported, not flagged)"
+    for name, v in scan.splits.items():
+        where = "hidden" if v.hidden else "public (reported, not flagged)"
         lines.append(
-            f"- {md_text(name)} ({where}): {v['hit_items']} of {v['decidable']} items copied "
-            f"({v['hit_fraction']:.1%}), canary {'FOUND' if v['canary_found'] else 'not found'}"
-            f"{', flagged' if v['flagged'] else ''}."
+            f"- {md_text(name)} ({where}): {v.hit_items} of {v.decidable} items copied "
+            f"({v.hit_fraction:.1%}), canary {'FOUND' if v.canary_found else 'not found'}"
+            f"{', flagged' if v.flagged else ''}."
         )
-        for f in v["files"][:10]:
-            examples = "; ".join(f"{md_text(e['item'])}: {md_text(e['text'], 80)}" for e in f["examples"])
-            canary = ", canary" if f["canary"] else ""
+        for f in v.files[:10]:
+            examples = "; ".join(f"{md_text(e.item)}: {md_text(e.text, 80)}" for e in f.examples)
+            canary = ", canary" if f.canary else ""
             lines.append(
-                f"  - {md_text(f['path'], 200)}: {f['ngrams']} n-grams of {f['items']} items{canary}. {examples}"
+                f"  - {md_text(f.path, 200)}: {f.ngrams} n-grams of {f.items} items{canary}. {examples}"
             )
-    for key, label in (("skipped", "links and special files not read"), ("truncated", "read in part (cap)")):
-        if scan["scanned"][key]:
-            shown = ", ".join(
-                md_text(x if isinstance(x, str) else f"{x['path']} ({x['kind']})", 120)
-                for x in scan["scanned"][key][:10]
-            )
-            lines.append(f"- {label}: {shown}")
+    skipped = [f"{s.path} ({s.kind})" if s.kind else s.path for s in scan.skipped]
+    for label, paths in (
+        ("links and special files not read", skipped),
+        ("read in part (cap)", scan.truncated),
+    ):
+        if paths:
+            lines.append(f"- {label}: " + ", ".join(md_text(x, 120) for x in paths[:10]))
     return lines
 
 
@@ -423,12 +422,12 @@ def report_for_ui(run_dir: Path) -> str:
     return text
 
 
-def split_line(split: dict | None) -> str:
+def split_line(split: TestSplit | None) -> str:
     if not split:
         return "-"
-    if split.get("kind") == "public":
+    if split.kind == "public":
         return "public (the published default salt: anyone can rebuild it; not for comparison)"
-    return f"hidden (salt sha256 {str(split.get('salt_sha256'))[:12]})"
+    return f"hidden (salt sha256 {split.salt_sha256[:12]})"
 
 
 def summary_table(result: BenchResult) -> str:
@@ -501,7 +500,7 @@ def write_report(
         labels, [grades[k].test_score for k in labels], color=["#999", "#2a7", "#36c"][: len(labels)]
     )
     plots.label_bars(ax2, bars)
-    kind = "Public" if (result.test_split or {}).get("kind") == "public" else "Hidden"
+    kind = "Public" if result.test_split and result.test_split.kind == "public" else "Hidden"
     ax2.set(ylabel="test score", title=f"{kind} test split", ylim=(0, 1.08))
     plots.save(fig, run_dir / "scores.png")
 
@@ -732,18 +731,18 @@ def plot_analysis(path: Path, studied: dict) -> None:
     plots.save(fig, path)
 
 
-def fingerprint_line(fp: dict | None) -> str:
+def fingerprint_line(fp: Fingerprint | None) -> str:
     """One line for the report: the reproducibility fingerprint's id and what it pins (vtb/repro.py)."""
     if not fp:
         return "not recorded"
     mode = {
         "reproducible": "pinned CPU code paths",
         "gpu": "GPU kernels are not pinned (not comparable bit for bit)",
-    }.get(str(fp.get("mode")), "native CPU code paths (not comparable)")
+    }.get(fp.mode, "native CPU code paths (not comparable)")
     # model servers' threads: kept since issue 38's server_threads; older records lack them
-    servers = f" ({fp['server_threads']} per model server)" if fp.get("server_threads") else ""
+    servers = f" ({fp.server_threads} per model server)" if fp.server_threads else ""
     return (
-        f"{fp.get('id')} ({mode}; kernels {fp.get('cpu_capability')}, "
-        f"{fp.get('threads')} thread{'' if fp.get('threads') == 1 else 's'}{servers}, "
-        f"torch {fp.get('torch')}, transformers {fp.get('transformers')})"
+        f"{fp.id} ({mode}; kernels {fp.cpu_capability}, "
+        f"{fp.threads} thread{'' if fp.threads == 1 else 's'}{servers}, "
+        f"torch {fp.torch}, transformers {fp.transformers})"
     )
