@@ -89,10 +89,67 @@ FULL = {
     "grading_determinism": None,
     "analysis": {
         "grid": {
-            "corners": [{"corner": c, "test_score": 0.1} for c in CORNERS],
-            "verdict": "additive",
-            "effects": {},
-        }
+            "corners": [
+                {
+                    "corner": c,
+                    "name": "initial" if c == "000" else c,
+                    "parts": {"data": "initial", "trainer": "initial", "harness": "initial"},
+                    "snapshot": f"snap-{c}",
+                    "test_score": 0.1,
+                    **({"note": "no checkpoint (training failed)"} if c == "010" else {"n": 2}),
+                    "item_rewards": None if c == "010" else {"test-0000": 1.0, "test-0001": 0.0},
+                }
+                for c in CORNERS
+            ],
+            "changed": ["harness"],
+            "distinct_systems": 2,
+            "trainings": [
+                {
+                    "data": "initial",
+                    "trainer": "submitted",
+                    "train_key": "k1",
+                    "reused": None,
+                    "ok": False,
+                    "charge": {"flops": 1e9, "cpu_seconds": 1.5, "wall_seconds": 1.0},
+                }
+            ],
+            "effects": {
+                "main": {"data": 0.0, "trainer": 0.0, "harness": 0.2},
+                "interactions": {"data×trainer": 0.0},
+                "alone": {"data": 0.0, "trainer": 0.0, "harness": 0.2},
+                "together": 0.2,
+                "interaction": 0.0,
+            },
+            "verdict": "single",
+            "verdict_line": "single part changed (harness): +0.200",
+            "tolerance": 0.05,
+        },
+        "path": [
+            {
+                "iteration": 0,
+                "parts_edited": [],
+                "val_score": 0.2,
+                "test_score": 0.1,
+                "n": 2,
+                "corner": "000",
+            },
+            {
+                "iteration": 2,
+                "parts_edited": ["harness"],
+                "val_score": 0.25,
+                "test_score": 0.3,
+                "n": 2,
+                "corner": "001",
+            },
+        ],
+        "spend": {
+            "budgeted": False,
+            "trainings": 1,
+            "plays": 3,
+            "flops": 2e9,
+            "cpu_seconds": 20.5,
+            "sandbox_wall_seconds": 19.0,
+        },
     },
     "item_rewards_file": "item_rewards.json",
     "record": "/runs/x",
@@ -105,6 +162,7 @@ def test_a_whole_result_reads_into_types_and_writes_back_key_for_key() -> None:
     assert typed.flagged and typed.reference.test_score == 0.6  # by the scan
     assert typed.contamination.splits["test"].files[0].examples[0].item == "test-0003"
     assert typed.reproducibility.server_threads == 1 and typed.test_split.kind == "public"
+    assert typed.analysis.grid.effects.alone["harness"] == 0.2 and typed.analysis.path[1].corner == "001"
     assert json.dumps(typed.to_json()) == json.dumps(FULL)
 
 

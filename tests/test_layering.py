@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Units by layer, lowest first (ARCHITECTURE.md). A module may import its own unit and any unit
 # of a lower layer; `vtb` alone is the package's face.
 LAYERS: list[tuple[str, ...]] = [
+    ("vtb.result_parts",),
     (
         "vtb",
         "vtb.protocol",
@@ -29,7 +30,6 @@ LAYERS: list[tuple[str, ...]] = [
         "vtb.markdown",
         "vtb.registry",
         "vtb.result_files",
-        "vtb.result_parts",
     ),
     (
         "vtb.hashing",

@@ -24,10 +24,10 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from vtb import codesign, safefs
 from vtb.ledger import Charge
+from vtb.result_parts import AnalysisResult, Corner, Grid, GridTraining, PathStep, Spend
 from vtb.results import Candidate, PlayResult, System
 from vtb.workspace import PARTS, part_hashes, snapshot
 
@@ -159,64 +159,72 @@ class Analysis:
             self._corners[code] = {"snapshot": sid, "parts": parts}
             self._play(f"grid-{code}", system)
 
-    def finish(self) -> dict:
+    def finish(self) -> AnalysisResult:
         """The analysis for result.json: grid (corners, effects, verdict), path, and spend."""
         results = {label: _wait(p) for label, p in self._plays.items()}
-        out: dict[str, Any] = {"grid": None, "path": None}
+        grid = self._grid(results) if self.grid else None
+        path = None
         if self.path:
-            out["path"] = [
-                {
-                    "iteration": c.iteration,
-                    "parts_edited": sorted(c.edits),
-                    "val_score": c.val_score,
-                    **_score(results[f"path-it{c.iteration}"]),
-                }
+            initial, submitted = self.history[0].parts, self.chosen.parts
+            path = [
+                PathStep(
+                    iteration=c.iteration,
+                    parts_edited=sorted(c.edits),
+                    val_score=c.val_score,
+                    test_score=results[f"path-it{c.iteration}"]["test_score"],
+                    n=results[f"path-it{c.iteration}"].get("n"),
+                    note=results[f"path-it{c.iteration}"].get("note"),
+                    corner=corner_of(c.parts, initial, submitted) if grid else None,
+                )
                 for c in kept_path(self.history, self.chosen)
             ]
-        if self.grid:
-            out["grid"] = self._grid(results)
-            if out["path"] is not None:
-                initial, submitted = self.history[0].parts, self.chosen.parts
-                for step, c in zip(out["path"], kept_path(self.history, self.chosen), strict=True):
-                    step["corner"] = corner_of(c.parts, initial, submitted)
-        out["spend"] = self._spend()
-        return out
+        return AnalysisResult(grid, path, self._spend())
 
-    def _grid(self, results: dict[str, dict]) -> dict:
+    def _grid(self, results: dict[str, dict]) -> Grid:
         initial, submitted = self.history[0].parts, self.chosen.parts
         changed = [p for p in PARTS if initial[p] != submitted[p]]
         corners = []
         for code in codesign.CORNERS:
             got = results[f"grid-{code}"]
             corners.append(
-                {
-                    "corner": code,
-                    "name": codesign.corner_name(code),
-                    "parts": {
+                Corner(
+                    corner=code,
+                    name=codesign.corner_name(code),
+                    parts={
                         p: "submitted" if bit == "1" else "initial"
                         for p, bit in zip(PARTS, code, strict=True)
                     },
-                    "snapshot": self._corners[code]["snapshot"],
-                    **_score(got),
-                    "item_rewards": got.get("rewards"),
-                }
+                    snapshot=self._corners[code]["snapshot"],
+                    test_score=got["test_score"],
+                    n=got.get("n"),
+                    note=got.get("note"),
+                    item_rewards=got.get("rewards"),
+                )
             )
-        scores = {c["corner"]: c["test_score"] for c in corners}
-        eff = codesign.effects(scores)
+        eff = codesign.effects({c.corner: c.test_score for c in corners})
         kind, line = codesign.verdict(eff, changed, self.tolerance)
-        distinct = len({(c["snapshot"]) for c in corners})
-        return {
-            "corners": corners,
-            "changed": changed,
-            "distinct_systems": distinct,
-            "trainings": [{**t, "charge": _charge_view(t["charge"])} for t in self._trained],
-            "effects": eff.to_json(),
-            "verdict": kind,
-            "verdict_line": line,
-            "tolerance": self.tolerance,
-        }
+        return Grid(
+            corners=corners,
+            changed=changed,
+            distinct_systems=len({c.snapshot for c in corners}),
+            trainings=[
+                GridTraining(
+                    data=t["data"],
+                    trainer=t["trainer"],
+                    train_key=t["train_key"],
+                    reused=t["reused"],
+                    ok=t["ok"],
+                    charge=_charge_view(t["charge"]),
+                )
+                for t in self._trained
+            ],
+            effects=eff,
+            verdict=kind,
+            verdict_line=line,
+            tolerance=self.tolerance,
+        )
 
-    def _spend(self) -> dict:
+    def _spend(self) -> Spend:
         """What the analysis's own steps cost (not in the ledger): fresh trainings and new plays."""
         total = Charge()
         for t in self._trained:
@@ -227,15 +235,13 @@ class Analysis:
             if p.new and p.future is not None and p.future.done() and p.future.exception() is None:
                 total = total + p.future.result().charge
                 plays += 1
-        trainings = sum(t["reused"] is None for t in self._trained)
-        return {
-            "budgeted": False,
-            "trainings": trainings,
-            "plays": plays,
-            "flops": total.flops,
-            "cpu_seconds": round(total.cpu_seconds, 3),
-            "sandbox_wall_seconds": round(total.wall_seconds, 3),
-        }
+        return Spend(
+            trainings=sum(t["reused"] is None for t in self._trained),
+            plays=plays,
+            flops=total.flops,
+            cpu_seconds=round(total.cpu_seconds, 3),
+            sandbox_wall_seconds=round(total.wall_seconds, 3),
+        )
 
 
 def _wait(play: _Play) -> dict:
@@ -245,10 +251,6 @@ def _wait(play: _Play) -> dict:
         return {"test_score": 0.0, "note": "no checkpoint (training failed)"}
     got: PlayResult = play.future.result()
     return {"test_score": got.score, "n": got.n, "rewards": dict(got.rewards)}
-
-
-def _score(got: dict) -> dict:
-    return {k: got[k] for k in ("test_score", "n", "note") if k in got}
 
 
 def _charge_view(charge: Charge | None) -> dict | None:

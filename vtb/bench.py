@@ -656,8 +656,8 @@ class Bench:
             extra = self.start_analysis(pool, chosen)  # its trainings here, its plays in the pool
             grades = {label: wait() for label, wait in pending.items()}
             studied = extra.finish() if extra else None
-            if studied and studied["grid"]:
-                self._log(f"co-design grid: {studied['grid']['verdict_line']}")
+            if studied and studied.grid:
+                self._log(f"co-design grid: {studied.grid.verdict_line}")
             determinism = None
             if regrade is not None:
                 again: PlayResult = regrade.result()

@@ -17,6 +17,7 @@ from typing import Any
 
 from vtb import codesign
 from vtb.result_parts import (
+    AnalysisResult,
     BadResult,
     ContaminationScan,
     Fingerprint,
@@ -224,7 +225,7 @@ class BenchResult:
     gains_by_part: dict[str, float]
     contamination: ContaminationScan | None
     grading_determinism: dict | None
-    analysis: dict | None  # with its grid checked (check_grid)
+    analysis: AnalysisResult | None  # its grid checked strictly (check_grid)
     item_rewards_file: str | None
     record: str | None
 
@@ -262,7 +263,7 @@ class BenchResult:
             "gains_by_part": self.gains_by_part,
             "contamination": self.contamination.to_json() if self.contamination else None,
             "grading_determinism": self.grading_determinism,
-            "analysis": self.analysis,
+            "analysis": self.analysis.to_json() if self.analysis else None,
             "item_rewards_file": self.item_rewards_file,
             "record": self.record,
         }
@@ -305,7 +306,7 @@ class BenchResult:
             },
             contamination=ContaminationScan.from_json(r.get("contamination")),
             grading_determinism=r.get("grading_determinism"),
-            analysis=analysis,
+            analysis=AnalysisResult.from_json(analysis),
             item_rewards_file=text_or_none(r.get("item_rewards_file")),
             record=text_or_none(r.get("record")),
         )

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass
+
+from vtb.result_parts import Effects
 
 PARTS = ("data", "trainer", "harness")
 CORNERS = tuple("".join(bits) for bits in itertools.product("01", repeat=len(PARTS)))
@@ -78,32 +79,6 @@ def apply(weights: Mapping[str, float], scores: Mapping[str, float]) -> float:
     return sum(w * scores[code] for code, w in weights.items())
 
 
-@dataclass
-class Effects:
-    """The grid's effects. `main` and `interactions` are the 2^3 factorial effects; `alone` and
-    `together` are the gains over the initial system along the cube's edges from "000":
-    one part alone, and all three at once (the submission's gain)."""
-
-    main: dict[str, float]  # per part
-    interactions: dict[str, float]  # "data×trainer", ..., "data×trainer×harness"
-    alone: dict[str, float]  # score with only that part submitted, minus the initial score
-    together: float  # submitted minus initial
-
-    @property
-    def interaction(self) -> float:
-        """Together minus the sum of the parts alone: 0 when the parts' gains simply add up."""
-        return self.together - sum(self.alone.values())
-
-    def to_json(self) -> dict:
-        return {
-            "main": self.main,
-            "interactions": self.interactions,
-            "alone": self.alone,
-            "together": self.together,
-            "interaction": self.interaction,
-        }
-
-
 def effects(scores: Mapping[str, float]) -> Effects:
     """The effects of the 8 corners' scores ({"000": s, ..., "111": s})."""
     missing = set(CORNERS) - set(scores)
@@ -111,11 +86,14 @@ def effects(scores: Mapping[str, float]) -> Effects:
         raise ValueError(f"the grid lacks corners {sorted(missing)}")
     by = {e: apply(contrast(e), scores) for e in EFFECTS}
     base = scores["0" * len(PARTS)]
+    alone = {p: scores[only(p)] - base for p in PARTS}
+    together = scores["1" * len(PARTS)] - base
     return Effects(
         main={p: by[p] for p in PARTS},
         interactions={e: by[e] for e in EFFECTS if "×" in e},
-        alone={p: scores[only(p)] - base for p in PARTS},
-        together=scores["1" * len(PARTS)] - base,
+        alone=alone,
+        together=together,
+        interaction=together - sum(alone.values()),
     )
 
 

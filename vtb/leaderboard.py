@@ -38,7 +38,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from vtb import codesign, noise, result_files, safefs
+from vtb import codesign, noise, result_files, result_parts, safefs
 from vtb.bench_result import BadResult, BenchResult, Errored
 from vtb.markdown import md_text
 from vtb.result_parts import Fingerprint
@@ -134,7 +134,7 @@ class RunResult:
             split=(r.test_split.kind, r.test_split.salt_sha256) if r.test_split else ("", ""),
             fingerprint=_fingerprint(r.reproducibility),
             item_rewards=r.submitted.item_rewards or None,  # none graded: compared over seeds only
-            grid=_grid((r.analysis or {}).get("grid")),
+            grid=_grid(r.analysis.grid if r.analysis else None),
         )
 
 
@@ -147,16 +147,13 @@ def _fingerprint(fp: Fingerprint | None) -> str:
     return fid if fp.mode == "reproducible" else f"{fp.mode or 'native'} {fid}"
 
 
-def _grid(grid: dict | None) -> Grid | None:
+def _grid(grid: result_parts.Grid | None) -> Grid | None:
     """The grid as BenchResult.from_json checked it (check_grid: 8 corners, each scored, a known
     verdict); None where the analysis did not run or found no effects."""
-    if not grid or not grid.get("effects"):
+    if not grid or not grid.effects:
         return None
-    corners = {
-        c["corner"]: Corner(c["corner"], float(c["test_score"]), _floats(c.get("item_rewards")))
-        for c in grid["corners"]
-    }
-    return Grid(corners, grid["verdict"])
+    corners = {c.corner: Corner(c.corner, c.test_score, _floats(c.item_rewards)) for c in grid.corners}
+    return Grid(corners, grid.verdict)
 
 
 def _floats(rewards: dict | None) -> dict[str, float] | None:

@@ -26,7 +26,7 @@ from vtb.config import BenchConfig
 from vtb.hashing import code_version
 from vtb.ledger import Ledger
 from vtb.markdown import md_text
-from vtb.result_parts import ContaminationScan, Fingerprint, TestSplit
+from vtb.result_parts import AnalysisResult, ContaminationScan, Fingerprint, TestSplit
 from vtb.results import Candidate, Grade, RunOutcome
 
 
@@ -204,7 +204,8 @@ class RunRecord:
         ledger.write(self.dir / "ledger.jsonl")
         result = self._result(cfg, run, ledger, attribute_gains(run.history, run.chosen))
         systems = {label: g.get("rewards") for label, g in grades.items()}  # initial, submitted, reference
-        rewards = result_files.document(run_id, systems, (run.analysis or {}).get("grid"))
+        grid = run.analysis.grid.to_json() if run.analysis and run.analysis.grid else None
+        rewards = result_files.document(run_id, systems, grid)
         _dump(self.dir / result_files.FILE, rewards)
         _dump(self.dir / "result.json", result_files.strip(result.to_json()))  # the scores; rewards beside it
         write_item_rewards(self.dir / "item_rewards.csv", run.grades)
@@ -601,23 +602,21 @@ def write_report(
     (run_dir / "report.md").write_text("\n".join(lines) + "\n")
 
 
-def _analysis_rows(studied: dict | None) -> list[tuple[str, str]]:
+def _analysis_rows(studied: AnalysisResult | None) -> list[tuple[str, str]]:
     """The summary table's lines on the analysis: the grid's verdict and the path's test scores."""
     if not studied:
         return []
     rows = []
-    if studied.get("grid"):
-        rows.append(("co-design grid (test)", studied["grid"]["verdict_line"]))
-    if studied.get("path"):
-        rows.append(
-            ("path (test)", " -> ".join(f"it{s['iteration']} {s['test_score']:.3f}" for s in studied["path"]))
-        )
+    if studied.grid:
+        rows.append(("co-design grid (test)", studied.grid.verdict_line))
+    if studied.path:
+        rows.append(("path (test)", " -> ".join(f"it{s.iteration} {s.test_score:.3f}" for s in studied.path)))
     return rows
 
 
-def analysis_lines(run_dir: Path, studied: dict | None) -> list[str]:
+def analysis_lines(run_dir: Path, studied: AnalysisResult | None) -> list[str]:
     """report.md's sections on the co-design grid and the path, and their plot (analysis.png)."""
-    if not studied or not (studied.get("grid") or studied.get("path")):
+    if not studied or not (studied.grid or studied.path):
         return []
     plot_analysis(run_dir / "analysis.png", studied)
     lines = [
@@ -626,41 +625,41 @@ def analysis_lines(run_dir: Path, studied: dict | None) -> list[str]:
         "",
         ANALYSIS_PLOT_LINE,
     ]
-    grid = studied.get("grid")
+    grid = studied.grid
     if grid:
-        changed = ", ".join(grid["changed"]) or "none"
+        changed = ", ".join(grid.changed) or "none"
         lines += [
             "",
             f"Every mix of initial and submitted data, trainer and harness, graded on the hidden test split "
-            f"(parts the submission changed: {changed}; {grid['distinct_systems']} distinct systems, a mix "
+            f"(parts the submission changed: {changed}; {grid.distinct_systems} distinct systems, a mix "
             "equal to another system is that system and is graded once).",
             "",
-            f"**Verdict: {md_text(grid['verdict_line'])}.** Additive: together within the tolerance of the sum "
+            f"**Verdict: {md_text(grid.verdict_line)}.** Additive: together within the tolerance of the sum "
             "of the parts alone; synergistic: above it; redundant: below it but not below the best part alone; "
             "interfering: below the best part alone.",
             "",
             "| corner | data | trainer | harness | test | on path |",
             "|---|---|---|---|---:|---|",
         ]
-        on_path = {s.get("corner") for s in studied.get("path") or []}
-        for c in grid["corners"]:
-            note = f" ({md_text(c['note'], 80)})" if c.get("note") else ""
-            parts = " | ".join(c["parts"][p] for p in ("data", "trainer", "harness"))
+        on_path = {s.corner for s in studied.path or []}
+        for c in grid.corners:
+            note = f" ({md_text(c.note, 80)})" if c.note else ""
+            parts = " | ".join(c.parts.get(p, "") for p in ("data", "trainer", "harness"))
             lines.append(
-                f"| {c['corner']} {c['name']} | {parts} | {c['test_score']:.3f}{note} | "
-                f"{'yes' if c['corner'] in on_path else ''} |"
+                f"| {c.corner} {c.name} | {parts} | {c.test_score:.3f}{note} | "
+                f"{'yes' if c.corner in on_path else ''} |"
             )
-        eff = grid["effects"]
+        eff = grid.effects
         if eff:
             lines += ["", "| effect (2^3 factorial) | test |", "|---|---:|"]
-            lines += [f"| {k} (main) | {v:+.3f} |" for k, v in eff["main"].items()]
-            lines += [f"| {k} | {v:+.3f} |" for k, v in eff["interactions"].items()]
-            lines += [f"| {k} alone | {v:+.3f} |" for k, v in eff["alone"].items()]
+            lines += [f"| {k} (main) | {v:+.3f} |" for k, v in eff.main.items()]
+            lines += [f"| {k} | {v:+.3f} |" for k, v in eff.interactions.items()]
+            lines += [f"| {k} alone | {v:+.3f} |" for k, v in eff.alone.items()]
             lines += [
-                f"| all together | {eff['together']:+.3f} |",
-                f"| together - sum alone | {eff['interaction']:+.3f} |",
+                f"| all together | {eff.together:+.3f} |",
+                f"| together - sum alone | {eff.interaction:+.3f} |",
             ]
-    if studied.get("path"):
+    if studied.path:
         lines += [
             "",
             "Cumulative gain along the path: each kept candidate (best on validation so far), graded on "
@@ -670,39 +669,39 @@ def analysis_lines(run_dir: Path, studied: dict | None) -> list[str]:
             "|---:|---|---:|---:|---:|",
         ]
         prev = None
-        for step in studied["path"]:
-            val = "-" if step["val_score"] is None else f"{step['val_score']:.3f}"
-            delta = "" if prev is None else f"{step['test_score'] - prev:+.3f}"
-            edited = md_text(", ".join(step["parts_edited"]) or "-")
-            lines.append(f"| {step['iteration']} | {edited} | {val} | {step['test_score']:.3f} | {delta} |")
-            prev = step["test_score"]
-    spend = studied.get("spend")
+        for step in studied.path:
+            val = "-" if step.val_score is None else f"{step.val_score:.3f}"
+            delta = "" if prev is None else f"{step.test_score - prev:+.3f}"
+            edited = md_text(", ".join(step.parts_edited) or "-")
+            lines.append(f"| {step.iteration} | {edited} | {val} | {step.test_score:.3f} | {delta} |")
+            prev = step.test_score
+    spend = studied.spend
     if spend:
         lines += [
             "",
-            f"Analysis spend (unbudgeted, not in the ledger): {spend['trainings']} trainings, {spend['plays']} "
-            f"test plays, {spend['cpu_seconds']:.0f} metered CPU-seconds, {spend['flops']:.3g} reported FLOPs.",
+            f"Analysis spend (unbudgeted, not in the ledger): {spend.trainings} trainings, {spend.plays} "
+            f"test plays, {spend.cpu_seconds:.0f} metered CPU-seconds, {spend.flops:.3g} reported FLOPs.",
         ]
     return lines
 
 
-def plot_analysis(path: Path, studied: dict) -> None:
+def plot_analysis(path: Path, studied: AnalysisResult) -> None:
     """Left: the grid's 8 test scores, the corners on the path highlighted; right: val and test along the path."""
     plt = plots.pyplot()
-    grid, steps = studied.get("grid"), studied.get("path") or []
+    grid, steps = studied.grid, studied.path or []
     both = bool(grid and steps)
     fig, axes = plt.subplots(1, 2 if both else 1, figsize=(10 if both else 5, 3.6), squeeze=False)
     axes = list(axes[0])
     if grid:
         ax = axes[0]
-        on_path = {s.get("corner") for s in steps}
-        corners = grid["corners"]
-        colors = ["#2a7" if c["corner"] in on_path else "#bbb" for c in corners]
-        plots.label_bars(ax, ax.bar(range(len(corners)), [c["test_score"] for c in corners], color=colors))
+        on_path = {s.corner for s in steps}
+        corners = grid.corners
+        colors = ["#2a7" if c.corner in on_path else "#bbb" for c in corners]
+        plots.label_bars(ax, ax.bar(range(len(corners)), [c.test_score for c in corners], color=colors))
         short = [
             "".join(
                 p[0].upper()
-                for p, bit in zip(("data", "trainer", "harness"), c["corner"], strict=True)
+                for p, bit in zip(("data", "trainer", "harness"), c.corner, strict=False)
                 if bit == "1"
             )
             or "none"
@@ -720,12 +719,12 @@ def plot_analysis(path: Path, studied: dict) -> None:
         its = list(range(len(steps)))
         ax.plot(
             its,
-            [s["val_score"] if s["val_score"] is not None else float("nan") for s in steps],
+            [s.val_score if s.val_score is not None else float("nan") for s in steps],
             marker="o",
             label="val",
         )
-        ax.plot(its, [s["test_score"] for s in steps], marker="s", label="test")
-        ax.set_xticks(its, [f"it{s['iteration']}" for s in steps])
+        ax.plot(its, [s.test_score for s in steps], marker="s", label="test")
+        ax.set_xticks(its, [f"it{s.iteration}" for s in steps])
         ax.set(ylabel="score", ylim=(0, 1), title="Kept candidates along the path")
         ax.legend()
     plots.save(fig, path)

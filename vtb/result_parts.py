@@ -1,12 +1,13 @@
 """The nested parts of result.json as types, and the one set of checks a figure read back passes.
 
 vtb/bench_result.py holds the result; this module holds what it is made of below the scores:
-the test split, the reproducibility fingerprint (vtb/repro.py) and the contamination scan
-(vtb/contamination.py). Each part is built from the JSON its producer writes (`from_json`) and
+the test split, the reproducibility fingerprint (vtb/repro.py), the contamination scan
+(vtb/contamination.py) and the analysis (vtb/analysis.py: the co-design grid, whose effects
+vtb/codesign.py computes, and the path). Each part is built from the JSON its producer writes (`from_json`) and
 written back key for key (`to_json`), so the report and the leaderboard read attributes. Reading
 is strict only where a leaderboard ranks or flags by the figure (the split, `flagged`); the rest is
 read leniently (a bounded string, a count, or nothing), as a report line does not rank anything.
-It imports nothing of the project: every layer that reads results may use it.
+It imports nothing of the project (the lowest layer): every module that makes or reads a part may use it.
 """
 
 from __future__ import annotations
@@ -295,3 +296,278 @@ def _skipped(entry: dict | str) -> Skipped:
     if isinstance(entry, str):
         return Skipped(entry[:4096], "")
     return Skipped(_text(entry.get("path")), _text(entry.get("kind"), 80))
+
+
+def _scores(value: Any, limit: int = 16) -> dict[str, float]:
+    """{name: a finite number} of an effects table; other entries left out."""
+    if not isinstance(value, dict):
+        return {}
+    out = {}
+    for k, v in list(value.items())[:limit]:
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+            out[str(k)[:80]] = v
+    return out
+
+
+def _rewards(value: dict) -> dict[str, float]:
+    """Per-item rewards (checked strictly before, where a leaderboard pairs them: check_grid)."""
+    return {str(k)[:200]: _fraction(v) for k, v in list(value.items())[:200_000]}
+
+
+def _optional_count(value: Any) -> int | None:
+    return None if value is None else _count(value)
+
+
+@dataclass(frozen=True)
+class Corner:
+    """One system of the co-design grid: each part initial or submitted (`corner` "011": data
+    initial, trainer and harness submitted), graded on the test split."""
+
+    corner: str
+    name: str
+    parts: dict[str, str]  # part -> initial | submitted
+    snapshot: str
+    test_score: float
+    n: int | None  # test items played; None when not played (`note` says why)
+    note: str | None
+    item_rewards: dict[str, float] | None  # per test item (item_rewards.json holds them on disk)
+
+    def to_json(self) -> dict:
+        out: dict[str, Any] = {
+            "corner": self.corner,
+            "name": self.name,
+            "parts": self.parts,
+            "snapshot": self.snapshot,
+            "test_score": self.test_score,
+        }
+        if self.n is not None:
+            out["n"] = self.n
+        if self.note is not None:
+            out["note"] = self.note
+        return {**out, "item_rewards": self.item_rewards}
+
+    @classmethod
+    def from_json(cls, d: dict) -> Corner:
+        parts = d.get("parts") if isinstance(d.get("parts"), dict) else {}
+        rewards = d.get("item_rewards")
+        return cls(
+            corner=_text(d.get("corner"), 8),
+            name=_text(d.get("name"), 80),
+            parts={str(k)[:20]: _text(v, 20) for k, v in list(parts.items())[:3]},
+            snapshot=_text(d.get("snapshot"), 200),
+            test_score=_fraction(d.get("test_score")),
+            n=_optional_count(d.get("n")),
+            note=text_or_none(d.get("note"), 200),
+            item_rewards=_rewards(rewards) if isinstance(rewards, dict) else None,
+        )
+
+
+@dataclass(frozen=True)
+class GridTraining:
+    """A training the grid needed: its data and trainer, and whether the run had made it already."""
+
+    data: str
+    trainer: str
+    train_key: str | None
+    reused: str | None  # "iteration N" when the research had trained it
+    ok: bool
+    charge: dict[str, float] | None  # flops, cpu_seconds, wall_seconds of a fresh one
+
+    def to_json(self) -> dict:
+        return {
+            "data": self.data,
+            "trainer": self.trainer,
+            "train_key": self.train_key,
+            "reused": self.reused,
+            "ok": self.ok,
+            "charge": self.charge,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> GridTraining:
+        charge = d.get("charge")
+        return cls(
+            data=_text(d.get("data"), 20),
+            trainer=_text(d.get("trainer"), 20),
+            train_key=text_or_none(d.get("train_key"), 200),
+            reused=text_or_none(d.get("reused"), 80),
+            ok=d.get("ok") is True,
+            charge=_scores(charge) if isinstance(charge, dict) else None,
+        )
+
+
+@dataclass(frozen=True)
+class Effects:
+    """The grid's effects (computed by vtb/codesign.py `effects`). `main` and `interactions` are
+    the 2^3 factorial effects; `alone` and `together` are the gains over the initial system along
+    the cube's edges from "000": one part alone, and all three at once (the submission's gain)."""
+
+    main: dict[str, float]  # per part
+    interactions: dict[str, float]  # "data×trainer", ..., "data×trainer×harness"
+    alone: dict[str, float]  # score with only that part submitted, minus the initial score
+    together: float  # submitted minus initial
+    interaction: float  # together minus the sum of the parts alone: 0 when their gains add up
+
+    def to_json(self) -> dict:
+        return {
+            "main": self.main,
+            "interactions": self.interactions,
+            "alone": self.alone,
+            "together": self.together,
+            "interaction": self.interaction,
+        }
+
+    @classmethod
+    def from_json(cls, value: Any) -> Effects | None:
+        """None for a grid without effects (the submission changed nothing)."""
+        if not isinstance(value, dict) or not value:
+            return None
+        figures = _scores({k: value.get(k) for k in ("together", "interaction")})
+        return cls(
+            main=_scores(value.get("main")),
+            interactions=_scores(value.get("interactions")),
+            alone=_scores(value.get("alone")),
+            together=figures.get("together", 0.0),
+            interaction=figures.get("interaction", 0.0),
+        )
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The co-design grid (vtb/analysis.py): every mix of initial and submitted parts, graded."""
+
+    corners: list[Corner]
+    changed: list[str]  # the parts the submission changed
+    distinct_systems: int
+    trainings: list[GridTraining]
+    effects: Effects | None
+    verdict: str  # codesign.VERDICTS
+    verdict_line: str
+    tolerance: float
+
+    def to_json(self) -> dict:
+        return {
+            "corners": [c.to_json() for c in self.corners],
+            "changed": self.changed,
+            "distinct_systems": self.distinct_systems,
+            "trainings": [t.to_json() for t in self.trainings],
+            "effects": self.effects.to_json() if self.effects else {},
+            "verdict": self.verdict,
+            "verdict_line": self.verdict_line,
+            "tolerance": self.tolerance,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> Grid:
+        """Read leniently: the corners' names and scores and the verdict that a leaderboard pools
+        are checked strictly before (vtb/bench_result.py check_grid)."""
+        tolerance = _scores({"t": d.get("tolerance")}).get("t", 0.0)
+        return cls(
+            corners=[Corner.from_json(c) for c in _objects(d.get("corners"), 8)],
+            changed=_texts(d.get("changed"), 3),
+            distinct_systems=_count(d.get("distinct_systems")),
+            trainings=[GridTraining.from_json(t) for t in _objects(d.get("trainings"), 8)],
+            effects=Effects.from_json(d.get("effects")),
+            verdict=_text(d.get("verdict"), 40),
+            verdict_line=_text(d.get("verdict_line"), 400),
+            tolerance=tolerance,
+        )
+
+
+@dataclass(frozen=True)
+class PathStep:
+    """A kept candidate on the research path (best on validation so far), graded on the test split."""
+
+    iteration: int
+    parts_edited: list[str]
+    val_score: float | None
+    test_score: float
+    n: int | None
+    note: str | None
+    corner: str | None  # its grid corner; None off the grid's corners, or where the grid did not run
+
+    def to_json(self) -> dict:
+        out: dict[str, Any] = {
+            "iteration": self.iteration,
+            "parts_edited": self.parts_edited,
+            "val_score": self.val_score,
+            "test_score": self.test_score,
+        }
+        for key in ("n", "note"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return {**out, "corner": self.corner}
+
+    @classmethod
+    def from_json(cls, d: dict) -> PathStep:
+        val = d.get("val_score")
+        return cls(
+            iteration=_count(d.get("iteration")),
+            parts_edited=_texts(d.get("parts_edited"), 3),
+            val_score=None if val is None else _fraction(val),
+            test_score=_fraction(d.get("test_score")),
+            n=_optional_count(d.get("n")),
+            note=text_or_none(d.get("note"), 200),
+            corner=text_or_none(d.get("corner"), 8),
+        )
+
+
+@dataclass(frozen=True)
+class Spend:
+    """What the analysis's own trainings and plays cost: never in the ledger."""
+
+    trainings: int
+    plays: int
+    flops: float
+    cpu_seconds: float
+    sandbox_wall_seconds: float
+
+    def to_json(self) -> dict:
+        return {
+            "budgeted": False,
+            "trainings": self.trainings,
+            "plays": self.plays,
+            "flops": self.flops,
+            "cpu_seconds": self.cpu_seconds,
+            "sandbox_wall_seconds": self.sandbox_wall_seconds,
+        }
+
+    @classmethod
+    def from_json(cls, value: Any) -> Spend | None:
+        if not isinstance(value, dict):
+            return None
+        figures = _scores({k: value.get(k) for k in ("flops", "cpu_seconds", "sandbox_wall_seconds")})
+        return cls(
+            trainings=_count(value.get("trainings")),
+            plays=_count(value.get("plays")),
+            flops=figures.get("flops", 0.0),
+            cpu_seconds=figures.get("cpu_seconds", 0.0),
+            sandbox_wall_seconds=figures.get("sandbox_wall_seconds", 0.0),
+        )
+
+
+@dataclass(frozen=True)
+class AnalysisResult:
+    """After the run, not charged to the agent: the co-design grid and the path's test scores."""
+
+    grid: Grid | None
+    path: list[PathStep] | None
+    spend: Spend | None
+
+    def to_json(self) -> dict:
+        return {
+            "grid": self.grid.to_json() if self.grid else None,
+            "path": [s.to_json() for s in self.path] if self.path is not None else None,
+            "spend": self.spend.to_json() if self.spend else None,
+        }
+
+    @classmethod
+    def from_json(cls, value: Any) -> AnalysisResult | None:
+        if not isinstance(value, dict):
+            return None
+        grid, path = value.get("grid"), value.get("path")
+        return cls(
+            grid=Grid.from_json(grid) if isinstance(grid, dict) else None,
+            path=[PathStep.from_json(s) for s in _objects(path, 1000)] if isinstance(path, list) else None,
+            spend=Spend.from_json(value.get("spend")),
+        )

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from vtb.ledger import Charge
-from vtb.result_parts import Fingerprint
+from vtb.result_parts import AnalysisResult, Fingerprint
 
 
 def as_json(obj: Any, drop_none: tuple[str, ...] = ()) -> Any:
@@ -228,5 +228,5 @@ class RunOutcome:
     reference: dict | None  # its snapshot, weights and, for a released model, the hub id
     contamination: dict | None = None  # the submission's contamination scan (vtb/contamination.py)
     determinism: dict | None = None  # the submission graded twice (bench option regrade_check)
-    analysis: dict | None = None  # the co-design grid and the path's test scores (vtb/analysis.py)
+    analysis: AnalysisResult | None = None  # the co-design grid and the path's test scores (vtb/analysis.py)
     reproducibility: Fingerprint | None = None  # the machine's fingerprint (vtb/repro.py)
