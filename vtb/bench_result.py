@@ -21,6 +21,7 @@ from vtb.result_parts import (
     BadResult,
     ContaminationScan,
     Fingerprint,
+    Provenance,
     TestSplit,
     an_object,
     number,
@@ -102,7 +103,7 @@ class Submitted:
     flagged_by_null_model: bool | None  # None: not checked
     flagged_by_grading_cap: bool
     flagged_by_provenance: bool | None  # None: not audited
-    provenance: dict | None
+    provenance: Provenance | None
     base_model_test_score: float | None
     item_rewards: dict[str, float] | None
 
@@ -118,7 +119,7 @@ class Submitted:
             "flagged_by_null_model": self.flagged_by_null_model,
             "flagged_by_grading_cap": self.flagged_by_grading_cap,
             "flagged_by_provenance": self.flagged_by_provenance,
-            "provenance": self.provenance,
+            "provenance": self.provenance.to_json() if self.provenance else None,
             "base_model_test_score": self.base_model_test_score,
             "item_rewards": self.item_rewards,
         }
@@ -129,7 +130,6 @@ class Submitted:
         it = d.get("iteration")
         if not isinstance(it, int) or isinstance(it, bool) or it < 0:
             raise BadResult("submitted.iteration is not a non-negative integer")
-        provenance = d.get("provenance")
         return cls(
             score=Score.from_json(d, "submitted"),
             val_score=_optional(d.get("val_score"), score, "submitted.val_score"),
@@ -139,7 +139,7 @@ class Submitted:
                 _flag(d.get("flagged_by_grading_cap"), "submitted.flagged_by_grading_cap")
             ),
             flagged_by_provenance=_flag(d.get("flagged_by_provenance"), "submitted.flagged_by_provenance"),
-            provenance=provenance if isinstance(provenance, dict) else None,
+            provenance=Provenance.from_json(d.get("provenance")),
             base_model_test_score=_optional(
                 d.get("base_model_test_score"), score, "submitted.base_model_test_score"
             ),

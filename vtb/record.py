@@ -16,7 +16,7 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -26,7 +26,7 @@ from vtb.config import BenchConfig
 from vtb.hashing import code_version
 from vtb.ledger import Ledger
 from vtb.markdown import md_text
-from vtb.result_parts import AnalysisResult, ContaminationScan, Fingerprint, TestSplit
+from vtb.result_parts import AnalysisResult, ContaminationScan, Fingerprint, Provenance, TestSplit
 from vtb.results import Candidate, Grade, RunOutcome
 
 
@@ -218,7 +218,8 @@ class RunRecord:
         """result.json's figures, from the run's typed outcome."""
         grades, chosen = run.grades, run.chosen
         sub = grades["submitted"]
-        budget = ledger.summary()
+        provenance = Provenance.from_json(sub.provenance)
+        budget = Budget.from_json(ledger.summary())  # the ledger's figures, checked as any reader does
         return BenchResult(
             schema_version=SCHEMA_VERSION,
             run_id=run.run_id,
@@ -245,23 +246,14 @@ class RunRecord:
                 flagged_by_null_model=sub.flagged if sub.null_model_score is not None else None,
                 flagged_by_grading_cap=sub.capped,
                 # None: not audited (the check off, or a domain without one task text)
-                flagged_by_provenance=(sub.provenance or {}).get("flagged"),
-                provenance=sub.provenance,
+                flagged_by_provenance=provenance.flagged if provenance else None,
+                provenance=provenance,
                 base_model_test_score=sub.base_model_score,
                 # per test episode (paired comparisons); None for a system never played (`note`)
                 item_rewards=None if sub.note else sub.rewards,
             ),
             reference=_score(grades["reference"]) if "reference" in grades else None,
-            budget=Budget(
-                used=budget["used"],
-                limit=budget["limit"],
-                unit=budget["unit"],
-                flops=budget["flops"],
-                cpu_seconds=budget["cpu_seconds"],
-                gpu_seconds=budget.get("gpu_seconds", 0.0),
-                agent_tokens=budget["agent_tokens"],
-                agent_cost_usd=round(budget["agent_cost_usd"], 6),
-            ),
+            budget=replace(budget, agent_cost_usd=round(budget.agent_cost_usd, 6)),
             iterations=len(run.history) - 1,
             gains_by_part=gains,
             contamination=self._scan(run.contamination),
@@ -572,22 +564,23 @@ def write_report(
             f"- Base-model check: test {sub.base_model_score:.3f} with the same harness served the untrained "
             f"base model (vs {sub.test_score:.3f} trained): the part of the score the training carries is the gap."
         )
-    audit = sub.provenance
-    if audit and audit.get("check") == "written":
-        found = f"**FLAGGED**: {md_text(audit['reason'])}" if audit["flagged"] else "not flagged"
+    audit = result.submitted.provenance
+    if audit:
+        found = f"**FLAGGED**: {md_text(audit.reason or '')}" if audit.flagged else "not flagged"
+        f = audit.figure
+    if audit and audit.check == "written":
         lines.append(
             f"- Written check (what a scored answer adds, a patch's lines or tau's write calls and messages, must be written by the model, not shown to it): "
-            f"{audit['not_model']} of {audit['scored']} scored answers mostly not the model's writing, "
-            f"{audit['checked_lines']} lines checked ({found})."
+            f"{f('not_model'):g} of {f('scored'):g} scored answers mostly not the model's writing, "
+            f"{f('checked_lines'):g} lines checked ({found})."
         )
     elif audit:
-        found = f"**FLAGGED**: {md_text(audit['reason'])}" if audit["flagged"] else "not flagged"
         lines.append(
             f"- Provenance audit (each question swapped for another's at the model server): "
-            f"{audit.get('served_hits', 0):g} of {audit.get('informative', 0)} right on the questions the model saw "
-            f"(grading: {audit.get('graded_hits_same_questions', 0):g}), {audit.get('own_hits', 0)} answering the "
-            f"question only the harness saw (coincidence {audit.get('chance_hits', 0)}), "
-            f"{audit.get('unswapped', 0)} of {audit['n']} not sent verbatim ({found})."
+            f"{f('served_hits'):g} of {f('informative'):g} right on the questions the model saw "
+            f"(grading: {f('graded_hits_same_questions'):g}), {f('own_hits'):g} answering the "
+            f"question only the harness saw (coincidence {f('chance_hits'):g}), "
+            f"{f('unswapped'):g} of {audit.n} not sent verbatim ({found})."
         )
     if sub.denials:
         lines.append(

@@ -571,3 +571,37 @@ class AnalysisResult:
             path=[PathStep.from_json(s) for s in _objects(path, 1000)] if isinstance(path, list) else None,
             spend=Spend.from_json(value.get("spend")),
         )
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Whether the submission's scored answers are the model's (vtb/provenance.py): the audit
+    (each question swapped for another's at the model server) or, where a domain has no single
+    question text to swap, the written check (what a scored answer adds must be the model's
+    writing). `figures` are the check's counts, named as vtb/provenance.py names them."""
+
+    check: str  # audit | written
+    flagged: bool
+    reason: str | None
+    n: int
+    figures: dict[str, float]
+
+    def to_json(self) -> dict:
+        head = {"check": "written"} if self.check == "written" else {}
+        return {**head, "flagged": self.flagged, "reason": self.reason, "n": self.n, **self.figures}
+
+    def figure(self, name: str) -> float:
+        return self.figures.get(name, 0)
+
+    @classmethod
+    def from_json(cls, value: Any) -> Provenance | None:
+        if not isinstance(value, dict):
+            return None
+        named = ("check", "flagged", "reason", "n")
+        return cls(
+            check="written" if value.get("check") == "written" else "audit",
+            flagged=value.get("flagged") is True,
+            reason=text_or_none(value.get("reason"), 2000),
+            n=_count(value.get("n")),
+            figures=_scores({k: v for k, v in value.items() if k not in named}),
+        )
