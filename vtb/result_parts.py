@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 
@@ -80,7 +80,7 @@ class TestSplit:
     salt_sha256: str
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "salt_sha256": self.salt_sha256}
+        return asdict(self)
 
     @classmethod
     def from_json(cls, value: Any) -> TestSplit:
@@ -158,14 +158,7 @@ class FileHits:
     examples: list[CopiedExample]
 
     def to_json(self) -> dict:
-        examples = [{"item": e.item, "text": e.text} for e in self.examples]
-        return {
-            "path": self.path,
-            "ngrams": self.ngrams,
-            "items": self.items,
-            "canary": self.canary,
-            "examples": examples,
-        }
+        return asdict(self)
 
     @classmethod
     def from_json(cls, d: dict) -> FileHits:
@@ -198,18 +191,7 @@ class SplitScan:
     files: list[FileHits]
 
     def to_json(self) -> dict:
-        return {
-            "items": self.items,
-            "decidable": self.decidable,
-            "hit_items": self.hit_items,
-            "hit_fraction": self.hit_fraction,
-            "hit_examples": self.hit_examples,
-            "canary_checked": self.canary_checked,
-            "canary_found": self.canary_found,
-            "hidden": self.hidden,
-            "flagged": self.flagged,
-            "files": [f.to_json() for f in self.files],
-        }
+        return asdict(self)
 
     @classmethod
     def from_json(cls, d: dict) -> SplitScan:
@@ -374,14 +356,7 @@ class GridTraining:
     charge: dict[str, float] | None  # flops, cpu_seconds, wall_seconds of a fresh one
 
     def to_json(self) -> dict:
-        return {
-            "data": self.data,
-            "trainer": self.trainer,
-            "train_key": self.train_key,
-            "reused": self.reused,
-            "ok": self.ok,
-            "charge": self.charge,
-        }
+        return asdict(self)
 
     @classmethod
     def from_json(cls, d: dict) -> GridTraining:
@@ -409,13 +384,7 @@ class Effects:
     interaction: float  # together minus the sum of the parts alone: 0 when their gains add up
 
     def to_json(self) -> dict:
-        return {
-            "main": self.main,
-            "interactions": self.interactions,
-            "alone": self.alone,
-            "together": self.together,
-            "interaction": self.interaction,
-        }
+        return asdict(self)
 
     @classmethod
     def from_json(cls, value: Any) -> Effects | None:
@@ -523,14 +492,7 @@ class Spend:
     sandbox_wall_seconds: float
 
     def to_json(self) -> dict:
-        return {
-            "budgeted": False,
-            "trainings": self.trainings,
-            "plays": self.plays,
-            "flops": self.flops,
-            "cpu_seconds": self.cpu_seconds,
-            "sandbox_wall_seconds": self.sandbox_wall_seconds,
-        }
+        return {"budgeted": False, **asdict(self)}  # never in the ledger
 
     @classmethod
     def from_json(cls, value: Any) -> Spend | None:
