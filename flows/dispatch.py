@@ -197,7 +197,7 @@ def outcome_of(run, job: Job, worker: str | None) -> BenchRow:
     except (BadResult, safefs.Rejected, OSError) as e:
         return BenchRow(job.run, "failed", error=f"result rejected: {e}"[:500], **where)
     location = stored["location"]  # checked: a host and a path, plain strings
-    return BenchRow.completed(job.run, result, location=f"{location['host']}:{location['path']}", **where)
+    return BenchRow.completed(job.run, result, location=(location["host"], location["path"]), **where)
 
 
 def _metadata(data: Any) -> dict:

@@ -21,7 +21,7 @@ class BenchRow:
     worker: str | None = None  # a deployed bench: the worker that ran it
     tries: int | None = None  # a deployed bench: flow runs started (a crashed one is started again)
     crashes: list[str] = field(default_factory=list)  # the earlier tries' crashes
-    location: str | None = None  # a deployed bench: host:path of its run record
+    location: tuple[str, str] | None = None  # a deployed bench: (host, path) of its run record
     gpu: str | None = None  # an inline bench on a GPU slot: the slot
 
     @classmethod
@@ -37,10 +37,15 @@ class BenchRow:
         """The submission's test score; None for a bench without a result."""
         return self.result.submitted.score.test_score if self.result else None
 
+    @property
+    def where(self) -> str | None:
+        """host:path of a deployed bench's run record."""
+        return f"{self.location[0]}:{self.location[1]}" if self.location else None
+
     def line(self) -> str:
         """The row in the sweep's log: run, slot or location, state and why."""
         gpu = f" [gpu {self.gpu}]" if self.gpu is not None else ""
-        where = f" [{self.location}]" if self.location else ""
+        where = f" [{self.where}]" if self.location else ""
         error = f" ({self.error})" if self.error else ""
         return f"{self.run}{gpu}{where}: {self.state}{error}"
 
@@ -49,9 +54,9 @@ class BenchRow:
         row: dict = {"run": self.run, "state": self.state}
         if self.tries is not None:  # a deployed bench's row names its worker, None if none took it
             row.update(worker=self.worker, tries=self.tries)
-        for key in ("gpu", "location", "error"):
-            if getattr(self, key) is not None:
-                row[key] = getattr(self, key)
+        for key, value in (("gpu", self.gpu), ("location", self.where), ("error", self.error)):
+            if value is not None:
+                row[key] = value
         if self.crashes:
             row["crashes"] = self.crashes
         if self.result:

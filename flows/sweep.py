@@ -228,12 +228,13 @@ def deployed_benches(cfg: SweepConfig) -> list[BenchRow]:
     runs_dir = Path(cfg.runs_dir).resolve()
     runs_dir.mkdir(parents=True, exist_ok=True)
     for job in jobs:
-        result = job.outcome.result
-        if result is not None:  # its run id is a checked plain name: one folder below runs_dir
-            # the checked result as read (its typed fields), never the stored bytes as they came
-            for name, content in result_files.files_of(
-                result.to_json()
-            ).items():  # result.json, item_rewards.json
+        row = job.outcome
+        if row.result is not None:  # its run id is a checked plain name: one folder below runs_dir
+            # the checked result as read (its typed fields), never the stored bytes as they came,
+            # and where its record stays (which only this copy says)
+            host, path = row.location
+            copy = {**row.result.to_json(), "location": {"host": host, "path": path}}
+            for name, content in result_files.files_of(copy).items():  # result.json, item_rewards.json
                 safefs.write_in(runs_dir, f"{job.run}/{name}", json.dumps(content, indent=2).encode())
     return [j.outcome for j in jobs]
 
