@@ -402,3 +402,36 @@ def test_hostile_safetensors_headers_are_left_alone_at_no_cost(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert int(done.stdout) < 100, done.stdout  # MB: python and numpy; the header is not parsed
+
+
+def test_the_same_weights_get_the_same_null_model_whatever_the_training_logged(tmp_path) -> None:
+    """A checkpoint trained again has the same weights but another train_summary.json (its wall
+    time): its null model, and so the null-model check's figure, is the same from run to run.
+    The shuffle was once drawn from the whole folder's hash: two runs of one config on tau scored
+    their null models 0.000 and 0.025."""
+    import shutil
+
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    from vtb.blind import null_model
+
+    first = tmp_path / "a" / "checkpoint"
+    first.mkdir(parents=True)
+    save_file({"w": np.arange(1000, dtype=np.float32).reshape(10, 100)}, str(first / "model.safetensors"))
+    (first / "config.json").write_text("{}")
+    (first / "train_summary.json").write_text('{"wall_seconds": 1.0}')
+    again = tmp_path / "b" / "checkpoint"
+    shutil.copytree(first, again)
+    (again / "train_summary.json").write_text('{"wall_seconds": 2.0}')
+    one, two = (null_model(c, tmp_path / "cache", KEY) for c in (first, again))
+    assert one != two  # each folder has its own copy (its train_summary.json as written) ...
+    shuffled = load_file(str(one / "model.safetensors"))["w"]
+    assert np.array_equal(shuffled, load_file(str(two / "model.safetensors"))["w"])  # ... the same weights
+    assert not np.array_equal(shuffled, np.arange(1000, dtype=np.float32).reshape(10, 100))
+    save_file({"w": np.arange(1, 1001, dtype=np.float32).reshape(10, 100)}, str(again / "model.safetensors"))
+    other = null_model(again, tmp_path / "cache", KEY)  # other weights: another shuffle
+    assert not np.array_equal(
+        np.argsort(load_file(str(other / "model.safetensors"))["w"], axis=None),
+        np.argsort(shuffled, axis=None),
+    )

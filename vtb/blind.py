@@ -39,7 +39,7 @@ from pathlib import Path
 
 from vtb import safefs, salt
 from vtb.config import TaskConfig
-from vtb.hashing import hash_dir
+from vtb.hashing import file_digests, hash_dir
 
 ID_CHARS = 16
 
@@ -115,13 +115,24 @@ def null_model(checkpoint: Path, cache: Path, secret: bytes) -> Path:
         return out
     tmp = cache / "null-models" / f".{digest[:24]}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    seed = int(keyed(secret, "null-model", digest)[:16], 16)
+    seed = int(keyed(secret, "null-model", weights_digest(checkpoint))[:16], 16)
     _copy_shuffled(checkpoint, tmp / checkpoint.name, seed)
     (tmp / "done.json").write_text(json.dumps({"checkpoint_hash": digest}) + "\n")
     shutil.rmtree(home, ignore_errors=True)
     home.parent.mkdir(parents=True, exist_ok=True)
     tmp.rename(home)
     return out
+
+
+def weights_digest(checkpoint: Path) -> str:
+    """Hash of a checkpoint's weight files alone: the null model's shuffle is drawn from it, so the
+    same weights get the same null model whatever else the folder holds (train_summary.json
+    records the training's wall time, which differs from run to run)."""
+    h = hashlib.sha256()
+    for rel, digest in sorted(file_digests(checkpoint).items()):
+        if rel.endswith(".safetensors"):
+            h.update(rel.encode() + b"\0" + digest.encode() + b"\0")
+    return h.hexdigest()
 
 
 def _copy_shuffled(src: Path, dst: Path, seed: int) -> None:
