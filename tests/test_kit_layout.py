@@ -364,7 +364,8 @@ def test_a_sweep_draws_a_hidden_split_unless_told_otherwise(tmp_path, monkeypatc
 def test_the_summary_says_which_test_split_a_score_is_on():
     from vtb import salt
     from vtb.record import split_line
+    from vtb.result_parts import TestSplit
 
-    public = split_line({"kind": "public", "salt_sha256": salt.PUBLIC_SHA256})
+    public = split_line(TestSplit("public", salt.PUBLIC_SHA256))
     assert public.startswith("public (the published default salt: anyone can rebuild it")
-    assert split_line({"kind": "hidden", "salt_sha256": "ab" * 32}) == "hidden (salt sha256 abababababab)"
+    assert split_line(TestSplit("hidden", "ab" * 32)) == "hidden (salt sha256 abababababab)"

@@ -105,8 +105,8 @@ def test_an_inline_sweeps_bench_with_a_data_problem_is_a_failed_row_before_its_f
         ["task.n_test=0", f"runs_dir={tmp_path / 'runs'}", f"cache_dir={tmp_path / 'cache'}"]
     )
     row = _one(cfg)
-    assert row["state"] == "failed" and row["error"].startswith("config: preflight: task=math")
-    assert "split test: has 0 items" in row["error"] and not (tmp_path / "runs").exists()
+    assert row.state == "failed" and row.error.startswith("config: preflight: task=math")
+    assert "split test: has 0 items" in row.error and not (tmp_path / "runs").exists()
 
 
 def test_long_problem_lists_are_capped_and_every_place_named():
