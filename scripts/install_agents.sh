@@ -36,6 +36,22 @@ if [ "$needs_npm" = 1 ]; then
   fi
 fi
 
+# A registry's hiccup (a reset connection, a 5xx) fails one npm install in many: try three times
+# before failing CI, and say what npm said each time rather than only where its log lies.
+npm_install() {
+  local try out
+  for try in 1 2 3; do
+    if out=$(npm install --prefix .agents/npm --no-fund --no-audit --loglevel=error "$1" 2>&1); then
+      return 0
+    fi
+    echo "[agents] npm install $1 failed (try $try of 3):" >&2
+    printf '%s\n' "$out" | tail -20 >&2
+    [ "$try" -lt 3 ] && sleep $((try * 15))
+  done
+  echo "[agents] could not install $1 from the npm registry: check the network or the registry (npm config get registry), then rerun scripts/install_agents.sh" >&2
+  return 1
+}
+
 for name in "${wanted[@]}"; do
   if [ "$name" = aider ]; then
     if ! .agents/aider/bin/python -m pip show aider-chat 2>/dev/null | grep -qx "Version: ${AIDER#*==}"; then
@@ -50,7 +66,7 @@ for name in "${wanted[@]}"; do
     package=${spec%@*}
     if ! grep -qs "\"version\": \"${spec##*@}\"" ".agents/npm/node_modules/$package/package.json"; then
       echo "[agents] $spec (npm, .agents/npm)"
-      npm install --prefix .agents/npm --no-fund --no-audit --loglevel=error "$spec"
+      npm_install "$spec"
     fi
     for bin in .agents/npm/node_modules/.bin/*; do
       ln -sfn "../npm/node_modules/.bin/$(basename "$bin")" ".agents/bin/$(basename "$bin")"
