@@ -28,6 +28,7 @@ from prefect.logging.handlers import APILogHandler
 from vtb import progress, record
 from vtb.bench import Watch
 from vtb.config import BenchConfig
+from vtb.ledger import LedgerSummary
 from vtb.markdown import cell_text
 from vtb.results import Candidate
 
@@ -79,7 +80,7 @@ def iteration_rows(history: list[Candidate]) -> list[dict]:
                 "iteration": h.iteration,
                 "val_score": "failed" if h.val_score is None else f"{h.val_score:.3f}",
                 "edits": cell_text(edits if edits != "-" else "none"),
-                "budget_used": record.amount(h.budget_after["used"], h.budget_after.get("unit", "")),
+                "budget_used": record.amount(h.budget_after.used, h.budget_after.unit),
                 "agent_tokens": h.agent.tokens,
                 "notes": cell_text(h.notes, 500),
             }
@@ -87,14 +88,8 @@ def iteration_rows(history: list[Candidate]) -> list[dict]:
     return rows
 
 
-def budget_percent(summary: dict) -> float:
-    """Budget used of the limit, in percent (0 to 100, one decimal: the UI prints the figure as given)."""
-    share = 100.0 * summary["used"] / summary["limit"] if summary["limit"] else 0.0
-    return round(min(100.0, max(0.0, share)), 1)
-
-
-def _budget_text(summary: dict) -> str:
-    return f"Budget used: {summary['used']:.3g} of {record.amount(summary['limit'], summary['unit'])}"
+def _budget_text(summary: LedgerSummary) -> str:
+    return f"Budget used: {summary.used:.3g} of {record.amount(summary.limit, summary.unit)}"
 
 
 def ui_watch(run_id: str, cfg: BenchConfig) -> Watch:
@@ -102,11 +97,11 @@ def ui_watch(run_id: str, cfg: BenchConfig) -> Watch:
     (`iterations-<run>`) up to date in the current flow run, each one artifact updated in place
     (a new version per iteration would be a card of its own in the run's Artifacts tab)."""
     key = artifact_key(run_id)
-    start = {"used": 0.0, "limit": cfg.budget.limit, "unit": cfg.budget.unit}
+    start = LedgerSummary(unit=cfg.budget.unit, limit=cfg.budget.limit, used=0.0, left=cfg.budget.limit)
     progress_id = create_progress_artifact(0.0, key=f"budget-{key}", description=_budget_text(start))
 
-    def budget(summary: dict) -> None:
-        update_progress_artifact(progress_id, budget_percent(summary), description=_budget_text(summary))
+    def budget(summary: LedgerSummary) -> None:
+        update_progress_artifact(progress_id, summary.percent_used(), description=_budget_text(summary))
 
     table: list[UUID] = []  # the iterations artifact, once made
     lock = threading.Lock()

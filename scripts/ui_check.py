@@ -107,12 +107,13 @@ async def _hostile_table() -> str:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import ArtifactCreate
 
+    from vtb.ledger import LedgerSummary
     from vtb.results import AgentUse, Candidate
 
     history = [
         Candidate(iteration=i, snapshot=f"s{i}", parts={}, edits={"harness": [note[:20] + ".py"]},
                   notes=note, agent=AgentUse(tokens=1), train=None, train_key=None, checkpoint=None,
-                  val_score=0.5, val=None, charge={}, budget_after={"used": 1e9, "unit": "flops"})
+                  val_score=0.5, val=None, charge={}, budget_after=LedgerSummary("flops", 1e13, 1e9, 1e13 - 1e9))
         for i, note in enumerate(HOSTILE)
     ]  # fmt: skip
     async with get_client() as client:

@@ -13,6 +13,7 @@ from vtb.agents import Feedback, make_agent
 from vtb.agents.env import SandboxResearchEnv
 from vtb.agents.llm import price_of
 from vtb.config import AgentConfig
+from vtb.ledger import LedgerSummary
 from vtb.runner import research_mounts
 from vtb.sandbox import make_sandbox
 from vtb.sandbox.base import Limits
@@ -44,7 +45,7 @@ def env(tmp_path: Path) -> SandboxResearchEnv:
                 "charge": {},
             }
         ],
-        budget={"unit": "flops", "limit": 1e13, "used": 1e12, "left": 9e12},
+        budget=LedgerSummary(unit="flops", limit=1e13, used=1e12, left=9e12),
     )
     return SandboxResearchEnv(
         ws,

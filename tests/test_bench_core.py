@@ -184,10 +184,10 @@ def test_step_calls_are_named_and_budget_and_iterations_are_watched(tmp_path) ->
     assert {"grade-initial", "grade-submitted", "grade-reference", "grade-submitted-base-model"} <= grading
     assert "train-reference" in fake.names
     assert lengths == [1, 2, 3]  # after each validated iteration
-    assert [b["used"] for b in budgets] == sorted(b["used"] for b in budgets) and len(budgets) == len(
+    assert [b.used for b in budgets] == sorted(b.used for b in budgets) and len(budgets) == len(
         bench.ledger.entries
     )
-    assert budgets[-1]["used"] == result["budget"]["used"] and budgets[-1]["limit"] == cfg.budget.limit
+    assert budgets[-1].used == result["budget"]["used"] and budgets[-1].limit == cfg.budget.limit
 
 
 def test_a_failed_train_is_recorded_and_never_submitted(tmp_path) -> None:

@@ -15,6 +15,7 @@ import pytest
 from markdown_it import MarkdownIt
 
 from vtb.bench_result import BenchResult
+from vtb.ledger import LedgerSummary
 from vtb.record import write_report
 from vtb.results import AgentUse, Candidate, Grade
 
@@ -47,7 +48,7 @@ def _history() -> list[Candidate]:
             val_score=0.1 * i,
             val=None,
             charge={},
-            budget_after={"used": 1e9 * i},
+            budget_after=LedgerSummary("flops", 1e13, 1e9 * i, 1e13 - 1e9 * i),
         )
         for i, note in enumerate(HOSTILE_NOTES)
     ]

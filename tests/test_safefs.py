@@ -241,7 +241,7 @@ def test_link_tree_copies_no_link_target(tmp_path, hidden) -> None:
 
 def test_public_feedback_carries_the_rejection() -> None:
     from vtb.bench import public_view
-    from vtb.ledger import Charge
+    from vtb.ledger import Charge, LedgerSummary
     from vtb.results import AgentUse, Candidate, Trained
 
     reason = "workspace rejected, edits discarded: data/ is over 256 MB"
@@ -258,7 +258,7 @@ def test_public_feedback_carries_the_rejection() -> None:
         val_score=None,
         val=None,
         charge={},
-        budget_after={},
+        budget_after=LedgerSummary("flops", 1e13, 0.0, 1e13),
         rejected=reason,
     )
     assert public_view(entry)["rejected"].endswith("data/ is over 256 MB")

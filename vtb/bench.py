@@ -29,7 +29,7 @@ from vtb.build import check_data, floor_of, flops_floor_calibration, reference_m
 from vtb.build import run_id as run_id_of
 from vtb.config import BenchConfig, ModelConfig
 from vtb.domains.registry import get_domain, hooks
-from vtb.ledger import Ledger, StepLimits, check_budget
+from vtb.ledger import Ledger, LedgerSummary, StepLimits, check_budget
 from vtb.result_parts import Fingerprint
 from vtb.results import (
     AgentUse,
@@ -90,7 +90,7 @@ class Watch:
     """What a running bench tells its caller besides log lines; the flow layer shows these in the
     Prefect UI while the bench runs (the core stays free of Prefect). Defaults do nothing."""
 
-    budget: Callable[[dict], None] = lambda summary: None  # after each booked charge: ledger.summary()
+    budget: Callable[[LedgerSummary], None] = lambda summary: None  # after each booked charge
     iteration: Callable[[list[Candidate]], None] = lambda history: None  # after each recorded iteration
 
 

@@ -182,6 +182,37 @@ def kind_of(step: str) -> str:
     return "infer" if step.startswith("play") else step
 
 
+@dataclass(frozen=True)
+class LedgerSummary:
+    """Where the budget stands after the charges so far: what the research agent is told
+    (`Feedback.budget`), what each candidate records (`Candidate.budget_after`) and what the UI's
+    progress bar shows. Its JSON (`to_json`, also what `asdict` of a holder gives) is the shape
+    agents and result.json have always read: these keys, in this order."""
+
+    unit: str
+    limit: float
+    used: float
+    left: float
+    flops: float = 0.0
+    cpu_seconds: float = 0.0
+    cpu_seconds_cap: float = 0.0
+    gpu_seconds: float = 0.0
+    agent_tokens: int = 0
+    agent_cost_usd: float = 0.0
+    flops_reported: float = 0.0
+    flops_floor: float = 0.0
+    floor: FlopsFloor | None = None
+    charge_errors: int = 0  # bad figures named in the charges so far (each charged as 0)
+
+    def percent_used(self) -> float:
+        """Used of the limit in percent, within 0 to 100, one decimal."""
+        share = 100.0 * self.used / self.limit if self.limit else 0.0
+        return round(min(100.0, max(0.0, share)), 1)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
 @dataclass
 class LedgerEntry:
     step: str
@@ -268,24 +299,24 @@ class Ledger:
             gpu = self.floor.seconds_for(self.left(), self.floor.gpu_rate)
         return StepLimits(self.left(), cpu, gpu)
 
-    def summary(self) -> dict:
+    def summary(self) -> LedgerSummary:
         total = self.total()
-        return {
-            "unit": self.unit,
-            "limit": self.limit,
-            "used": self.used(),
-            "left": self.left(),
-            "flops": total.flops,
-            "cpu_seconds": round(total.cpu_seconds, 3),
-            "cpu_seconds_cap": self.cpu_cap,
-            "gpu_seconds": round(total.gpu_seconds, 3),
-            "agent_tokens": total.agent_tokens,
-            "agent_cost_usd": total.agent_cost_usd,
-            "flops_reported": total.flops_reported,
-            "flops_floor": total.flops_floor,
-            "floor": asdict(self.floor) if self.floor else None,
-            "charge_errors": sum(len(e.charge.errors) for e in self.entries),
-        }
+        return LedgerSummary(
+            unit=self.unit,
+            limit=self.limit,
+            used=self.used(),
+            left=self.left(),
+            flops=total.flops,
+            cpu_seconds=round(total.cpu_seconds, 3),
+            cpu_seconds_cap=self.cpu_cap,
+            gpu_seconds=round(total.gpu_seconds, 3),
+            agent_tokens=total.agent_tokens,
+            agent_cost_usd=total.agent_cost_usd,
+            flops_reported=total.flops_reported,
+            flops_floor=total.flops_floor,
+            floor=self.floor,
+            charge_errors=sum(len(e.charge.errors) for e in self.entries),
+        )
 
     def write(self, path: Path) -> None:
         with open(path, "w") as f:

@@ -137,7 +137,7 @@ class RunRecord:
             task=cfg.task.name,
             agent=cfg.agent.name,
             seed=cfg.seed,
-            budget=Budget.from_json(ledger.summary()),
+            budget=Budget.from_json(ledger.summary().to_json()),
             record=str(self.dir),
         )
         _dump(self.dir / "error.json", out.to_json())
@@ -219,7 +219,8 @@ class RunRecord:
         grades, chosen = run.grades, run.chosen
         sub = grades["submitted"]
         provenance = Provenance.from_json(sub.provenance)
-        budget = Budget.from_json(ledger.summary())  # the ledger's figures, checked as any reader does
+        # the ledger's figures, checked as any reader does
+        budget = Budget.from_json(ledger.summary().to_json())
         return BenchResult(
             schema_version=SCHEMA_VERSION,
             run_id=run.run_id,
@@ -526,7 +527,7 @@ def write_report(
         notes = md_text(h.notes)  # one table cell, inert
         source = f" ({md_text(h.agent.usage)})" if h.agent.usage else ""
         lines.append(
-            f"| {h.iteration} | {val} | {edits} | {amount(h.budget_after['used'], h.budget_after.get('unit', ''))} | "
+            f"| {h.iteration} | {val} | {edits} | {amount(h.budget_after.used, h.budget_after.unit)} | "
             f"{h.agent.tokens}{source} | ${h.agent.cost_usd:.4f} | {notes} |"
         )
     if any(h.agent.usage for h in history):

@@ -252,7 +252,7 @@ class ContaminationScan:
             raise BadResult("contamination.flagged is not a boolean")
         splits = scan.get("splits") if isinstance(scan.get("splits"), dict) else {}
         scanned = scan.get("scanned") if isinstance(scan.get("scanned"), dict) else {}
-        thresholds = scan.get("thresholds") if isinstance(scan.get("thresholds"), dict) else {}
+        thresholds = scan.get("thresholds")
         return cls(
             flagged=scan.get("flagged") is True,
             reasons=_texts(scan.get("reasons"), 20),
@@ -265,11 +265,7 @@ class ContaminationScan:
             bytes=_count(scanned.get("bytes")),
             skipped=[_skipped(s) for s in (scanned.get("skipped") or [])[:50] if isinstance(s, dict | str)],
             truncated=_texts(scanned.get("truncated"), 50),
-            thresholds={
-                str(k)[:40]: v
-                for k, v in list(thresholds.items())[:20]
-                if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-            },
+            thresholds=_scores(thresholds, limit=20, key_limit=40),
         )
 
 
@@ -280,15 +276,20 @@ def _skipped(entry: dict | str) -> Skipped:
     return Skipped(_text(entry.get("path")), _text(entry.get("kind"), 80))
 
 
-def _scores(value: Any, limit: int = 16) -> dict[str, float]:
-    """{name: a finite number} of an effects table; other entries left out."""
+def _is_finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _finite(value: Any, default: float = 0.0) -> float:
+    """A finite number of a report line, as written; anything else reads as `default`."""
+    return value if _is_finite(value) else default
+
+
+def _scores(value: Any, limit: int = 16, key_limit: int = 80) -> dict[str, float]:
+    """{name: a finite number} of a table (effects, thresholds); other entries left out."""
     if not isinstance(value, dict):
         return {}
-    out = {}
-    for k, v in list(value.items())[:limit]:
-        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
-            out[str(k)[:80]] = v
-    return out
+    return {str(k)[:key_limit]: v for k, v in list(value.items())[:limit] if _is_finite(v)}
 
 
 def _rewards(value: dict) -> dict[str, float]:
@@ -391,13 +392,12 @@ class Effects:
         """None for a grid without effects (the submission changed nothing)."""
         if not isinstance(value, dict) or not value:
             return None
-        figures = _scores({k: value.get(k) for k in ("together", "interaction")})
         return cls(
             main=_scores(value.get("main")),
             interactions=_scores(value.get("interactions")),
             alone=_scores(value.get("alone")),
-            together=figures.get("together", 0.0),
-            interaction=figures.get("interaction", 0.0),
+            together=_finite(value.get("together")),
+            interaction=_finite(value.get("interaction")),
         )
 
 
@@ -430,7 +430,6 @@ class Grid:
     def from_json(cls, d: dict) -> Grid:
         """Read leniently: the corners' names and scores and the verdict that a leaderboard pools
         are checked strictly before (vtb/bench_result.py check_grid)."""
-        tolerance = _scores({"t": d.get("tolerance")}).get("t", 0.0)
         return cls(
             corners=[Corner.from_json(c) for c in _objects(d.get("corners"), 8)],
             changed=_texts(d.get("changed"), 3),
@@ -439,7 +438,7 @@ class Grid:
             effects=Effects.from_json(d.get("effects")),
             verdict=_text(d.get("verdict"), 40),
             verdict_line=_text(d.get("verdict_line"), 400),
-            tolerance=tolerance,
+            tolerance=_finite(d.get("tolerance")),
         )
 
 
@@ -498,13 +497,12 @@ class Spend:
     def from_json(cls, value: Any) -> Spend | None:
         if not isinstance(value, dict):
             return None
-        figures = _scores({k: value.get(k) for k in ("flops", "cpu_seconds", "sandbox_wall_seconds")})
         return cls(
             trainings=_count(value.get("trainings")),
             plays=_count(value.get("plays")),
-            flops=figures.get("flops", 0.0),
-            cpu_seconds=figures.get("cpu_seconds", 0.0),
-            sandbox_wall_seconds=figures.get("sandbox_wall_seconds", 0.0),
+            flops=_finite(value.get("flops")),
+            cpu_seconds=_finite(value.get("cpu_seconds")),
+            sandbox_wall_seconds=_finite(value.get("sandbox_wall_seconds")),
         )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from vtb.ledger import Charge
+from vtb.ledger import Charge, LedgerSummary
 from vtb.result_parts import AnalysisResult, Fingerprint
 
 
@@ -166,7 +166,7 @@ class Candidate:
     val_score: float | None
     val: Validated | None  # None when not validated (rejected, or its training failed)
     charge: dict[str, float]  # what training + validating cost, in the budget's unit
-    budget_after: dict
+    budget_after: LedgerSummary
     rejected: str | None = None
 
     @property

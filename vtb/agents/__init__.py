@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Protocol, TypeVar
 
 from vtb.config import AgentConfig
+from vtb.ledger import LedgerSummary
 from vtb.registry import Registry
 
 
@@ -30,7 +31,17 @@ class Feedback:
     history: list[dict] = field(
         default_factory=list
     )  # per candidate: iteration, snapshot, val_score, edits, charge
-    budget: dict = field(default_factory=dict)  # unit, limit, used, left
+    budget: LedgerSummary | None = None  # None only where no ledger exists (a test's feedback)
+
+    def to_json(self) -> dict:
+        """What an agent is shown as JSON (the prompt's feedback block, the feedback tool): its
+        history and the budget's figures (`LedgerSummary.to_json`; {} when there is no ledger)."""
+        return {
+            "iteration": self.iteration,
+            "max_iterations": self.max_iterations,
+            "history": self.history,
+            "budget": self.budget.to_json() if self.budget else {},
+        }
 
     def best(self, prefer_latest: bool = False) -> dict | None:
         """Best validated candidate so far; the earliest (or latest) wins a tie."""

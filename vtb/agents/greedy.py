@@ -66,12 +66,12 @@ class GreedyAgent:
         k = fb.iteration - 1
         if k >= len(plan):
             return TurnResult(done=True, notes="greedy: no proposals left")
-        unit = fb.budget.get("unit", "flops")
-        dearest = max((h.get("charge", {}).get(unit, 0.0) for h in fb.history), default=0.0)
-        if fb.budget.get("left", 0.0) < self.margin * dearest:
-            return TurnResult(
-                done=True, notes=f"greedy: budget left {fb.budget.get('left'):.3g} < one iteration"
-            )
+        if fb.budget is not None:
+            dearest = max((h.get("charge", {}).get(fb.budget.unit, 0.0) for h in fb.history), default=0.0)
+            if fb.budget.left < self.margin * dearest:
+                return TurnResult(
+                    done=True, notes=f"greedy: budget left {fb.budget.left:.3g} < one iteration"
+                )
         best = fb.best(prefer_latest=True)  # a neutral edit is kept: it may pay off with the next one
         if best is not None:
             env.restore(best["snapshot"])

@@ -254,14 +254,7 @@ class LLMAgent:
                 return json.dumps({k: out[k] for k in keep if k in out})
             if name == "feedback":
                 fb = env.feedback()
-                return json.dumps(
-                    {
-                        "iteration": fb.iteration,
-                        "max_iterations": fb.max_iterations,
-                        "history": fb.history,
-                        "budget": fb.budget,
-                    }
-                )
+                return json.dumps(fb.to_json())
             return f"error: unknown tool {name!r}; tools: {', '.join(t['function']['name'] for t in TOOLS)}"
         except (KeyError, TypeError, ValueError) as err:
             return f"error: bad arguments for {name}: {err!r}"

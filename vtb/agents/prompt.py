@@ -16,6 +16,7 @@ from pathlib import Path
 from vtb.agents import Feedback
 from vtb.config import CONF_DIR, AgentConfig
 from vtb.hashing import hash_json
+from vtb.ledger import LedgerSummary
 from vtb.record import edits_text
 
 MAX_LAYOUT_LINES = 80
@@ -70,13 +71,12 @@ def history_table(fb: Feedback) -> str:
     return "\n".join(rows)
 
 
-def budget_line(budget: dict) -> str:
-    if not budget:
+def budget_line(budget: LedgerSummary | None) -> str:
+    if budget is None:
         return "unknown"
-    unit = budget.get("unit", "flops")
     return (
-        f"{budget.get('used', 0):.3g} of {budget.get('limit', 0):.3g} {unit} used, {budget.get('left', 0):.3g} "
-        f"left; CPU-seconds {budget.get('cpu_seconds', 0):.0f} of {budget.get('cpu_seconds_cap', 0):.0f}"
+        f"{budget.used:.3g} of {budget.limit:.3g} {budget.unit} used, {budget.left:.3g} "
+        f"left; CPU-seconds {budget.cpu_seconds:.0f} of {budget.cpu_seconds_cap:.0f}"
     )
 
 
@@ -91,6 +91,6 @@ def render(cfg: AgentConfig, fb: Feedback, ws: Path, tools: str) -> str:
         "history": history_table(fb),
         "layout": layout(ws),
         "tools": tools.strip() + "\n" if tools else "",
-        "feedback_json": json.dumps({"history": fb.history, "budget": fb.budget}),
+        "feedback_json": json.dumps({"history": fb.history, "budget": fb.to_json()["budget"]}),
     }
     return string.Template(load_template(cfg)).safe_substitute(values)
