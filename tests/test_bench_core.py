@@ -481,6 +481,8 @@ def test_a_flagged_submission_is_scored_and_marked_and_a_regrade_is_compared(tmp
 
     def nondeterministic_play(key, harness_dir, model_dir, split, **kw):
         out = play(key, harness_dir, model_dir, split, **kw)
+        if kw["mode"] not in ("model", "regrade"):  # the provenance audit's play answers other texts
+            return out
         with lock:
             plays[(harness_dir, model_dir, split)] += 1
             first = plays[(harness_dir, model_dir, split)] == 1
