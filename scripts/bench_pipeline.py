@@ -180,7 +180,9 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder (records, logs)")
     parser.add_argument("--no-rates", action="store_true", help="skip the episodes/s figures")
     parser.add_argument(
-        "--warm", action="store_true", help="also this checkout again on the same machine (fresh cache_dir)"
+        "--warm",
+        action="store_true",
+        help="each design again on its machine (a fresh cache_dir, machine caches kept)",
     )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for both benches")
     args = parser.parse_args()
@@ -196,6 +198,12 @@ def main() -> None:
                 if args.no_rates
                 else old_rates(tree, python, rows[f"old {args.old}"]["record"], args.episodes)
             )
+            if args.warm:
+                print(f"[bench] the old design again, same machine ({args.old}) ...", flush=True)
+                rows[f"old, warm {args.old}"] = run_bench(
+                    tree, python, args.overrides, scratch, "old-warm", "old"
+                )
+                rates[f"old, warm {args.old}"] = None
         head = subprocess.run(
             ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
         ).stdout.strip()
