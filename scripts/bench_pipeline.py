@@ -137,11 +137,12 @@ def new_rates(record: Path, n: int) -> dict:
 
 def table(rows: dict[str, dict], rates: dict[str, dict], n: int) -> str:
     names = list(rows)
-    lines = [f"{'':<34}" + "".join(f"{name:>16}" for name in names)]
+    width = max(16, *(len(name) + 2 for name in names))  # "old, warm <commit>" runs over 16
+    lines = [f"{'':<34}" + "".join(f"{name:>{width}}" for name in names)]
 
     def row(label: str, values: list, fmt: str) -> None:
         lines.append(
-            f"{label:<34}" + "".join(f"{format(v, fmt) if v is not None else '-':>16}" for v in values)
+            f"{label:<34}" + "".join(f"{format(v, fmt) if v is not None else '-':>{width}}" for v in values)
         )
 
     row("default run, total wall s", [rows[k]["wall"] for k in names], ".1f")

@@ -31,6 +31,8 @@ def test_the_readme_quotes_the_default_run_row() -> None:
     readme = (ROOT / "README.md").read_text()
     head = readme.splitlines()[3]  # the first command's line
     assert f"{row['process_seconds']:.0f} s measured" in head, head
+    (second,) = [r for r in _script().rows() if r["what"] == "default run, second on the machine"]
+    assert f"{second['process_seconds']:.0f} s once it has made its base model" in head, head
     (install,) = [r for r in _script().rows() if r["what"] == "install"]
     assert f"install {install['process_seconds'] / 60:.0f} min with a warm pip cache" in head, head
     assert re.search(rf"initial system \(test\) +{row['initial']:.3f}\n", readme)
